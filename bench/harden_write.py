@@ -1,0 +1,179 @@
+"""How fast HardenedPartitionWriter.write() puts stored client batches into Kafka.
+
+For each codec: N records of V bytes in client batches of B records (built as aiokafka's
+producer would), written through write() in chunks, against a broker; then the same records
+sent with aiokafka's create_batch()/send_batch() (acks=all, not idempotent: aiokafka cannot
+get a producer id from tansu) as a yardstick. Prints JSON, then a table.
+
+    python -m bench.harden_write                       # a fresh local tansu per codec
+    python -m bench.harden_write --bootstrap HOST:PORT --records 2000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.record._crecords import DefaultRecordBatchBuilder
+
+from cli.local_services import LocalTansu
+from proxy.protocol.records import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD
+from storage.hardened_store import HardenedPartitionWriter
+from storage.kafka.client import KafkaClient
+from storage.model import Reliability, StoredBatch
+
+CODECS = {"none": CODEC_NONE, "gzip": CODEC_GZIP, "snappy": CODEC_SNAPPY, "lz4": CODEC_LZ4,
+          "zstd": CODEC_ZSTD}
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    codec: str
+    records: int
+    kiln_seconds: float
+    kiln_records_per_s: float
+    kiln_cpu_us_per_record: float
+    kiln_bytes_out: int
+    kiln_batches_out: int
+    aiokafka_seconds: float
+    aiokafka_records_per_s: float
+    ratio: float
+
+
+def values(count: int, size: int, seed: int = 7) -> list[bytes]:
+    """Text-like values: compressible, but not trivially."""
+    rng = random.Random(seed)
+    words = [rng.randbytes(4).hex().encode() for _ in range(2000)]
+    pool = []
+    for _ in range(4096):
+        value = b" ".join(rng.choice(words) for _ in range(size // 8 + 1))
+        pool.append(value[:size])
+    return [pool[i % len(pool)] for i in range(count)]
+
+
+def client_batches(vals: list[bytes], per_batch: int, codec: int) -> list[StoredBatch]:
+    now = int(time.time() * 1000)
+    out = []
+    for start in range(0, len(vals), per_batch):
+        builder: Any = DefaultRecordBatchBuilder(2, codec, 0, -1, -1, -1, 1 << 30)
+        chunk = vals[start:start + per_batch]
+        for i, value in enumerate(chunk):
+            builder.append(i, now, None, value, [])
+        out.append(StoredBatch(start, len(chunk), now, Reliability.RELIABLE_PERSISTENT,
+                               bytes(builder.build())))
+    return out
+
+
+async def run_kiln(bootstrap: str, batches: list[StoredBatch], per_write: int
+                   ) -> tuple[float, float, int, int]:
+    """(seconds, CPU seconds, bytes written, batches written); checks the high watermark."""
+    topic = f"bench-kiln-{uuid.uuid4().hex[:8]}"
+    client = KafkaClient(bootstrap, client_id="kiln-bench")
+    await client.start()
+    try:
+        await client.create_topic(topic, 1)
+        writer = HardenedPartitionWriter(client, topic, 0)
+        await writer.recover()
+        written = out_batches = 0
+        wall, cpu = time.perf_counter(), time.process_time()
+        for start in range(0, len(batches), per_write):
+            result = await writer.write(batches[start:start + per_write], skip_below=0)
+            written += result.bytes
+            out_batches += result.batches
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        expected = batches[-1].next_offset
+        high_watermark = await client.high_watermark(topic, 0)
+        if high_watermark != expected:
+            raise SystemExit(f"high watermark {high_watermark}, expected {expected}")
+        return wall, cpu, written, out_batches
+    finally:
+        await client.close()
+
+
+async def run_aiokafka(bootstrap: str, vals: list[bytes], per_batch: int, codec: str) -> float:
+    topic = f"bench-aiokafka-{uuid.uuid4().hex[:8]}"
+    client = KafkaClient(bootstrap, client_id="kiln-bench")
+    await client.start()
+    await client.create_topic(topic, 1)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=0,
+        compression_type=None if codec == "none" else codec,
+        max_batch_size=2_000_000, max_request_size=4_000_000,
+    )
+    await producer.start()
+    try:
+        now = int(time.time() * 1000)
+        wall = time.perf_counter()
+        pending = []
+        for start in range(0, len(vals), per_batch):
+            batch = producer.create_batch()
+            for value in vals[start:start + per_batch]:
+                batch.append(key=None, value=value, timestamp=now)
+            batch.close()
+            pending.append(await producer.send_batch(batch, topic, partition=0))
+        await asyncio.gather(*pending)
+        wall = time.perf_counter() - wall
+        high_watermark = await client.high_watermark(topic, 0)
+        if high_watermark != len(vals):
+            raise SystemExit(f"aiokafka: high watermark {high_watermark}, expected {len(vals)}")
+        return wall
+    finally:
+        await producer.stop()
+        await client.close()
+
+
+@contextmanager
+def broker(bootstrap: str | None) -> Iterator[str]:
+    if bootstrap:
+        yield bootstrap
+        return
+    with LocalTansu() as tansu:
+        yield tansu.bootstrap
+
+
+def measure(codec: str, args: argparse.Namespace, vals: list[bytes]) -> Result:
+    batches = client_batches(vals, args.batch_records, CODECS[codec])
+    with broker(args.bootstrap) as bootstrap:
+        kiln_s, cpu_s, out_bytes, out_batches = asyncio.run(
+            run_kiln(bootstrap, batches, args.batches_per_write)
+        )
+        aio_s = asyncio.run(run_aiokafka(bootstrap, vals, args.batch_records, codec))
+    n = len(vals)
+    return Result(codec, n, round(kiln_s, 3), round(n / kiln_s), round(cpu_s / n * 1e6, 3),
+                  out_bytes, out_batches, round(aio_s, 3), round(n / aio_s),
+                  round(aio_s / kiln_s, 2))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--bootstrap", help="a running broker; default: a local tansu per codec")
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--batch-records", type=int, default=1000)
+    parser.add_argument("--batches-per-write", type=int, default=100,
+                        help="client batches per write() call (a hardener read)")
+    parser.add_argument("--codecs", default=",".join(CODECS))
+    args = parser.parse_args(argv)
+    vals = values(args.records, args.value_bytes)
+    results = [measure(codec.strip(), args, vals) for codec in args.codecs.split(",")]
+    print(json.dumps([asdict(r) for r in results], indent=2))
+    print(f"\n{'codec':8} {'kiln rec/s':>12} {'µs CPU/rec':>11} {'out MB':>8} {'batches':>8}"
+          f" {'aiokafka rec/s':>15} {'kiln/aiokafka':>14}", file=sys.stderr)
+    for r in results:
+        print(f"{r.codec:8} {r.kiln_records_per_s:>12,} {r.kiln_cpu_us_per_record:>11.2f}"
+              f" {r.kiln_bytes_out / 1e6:>8.1f} {r.kiln_batches_out:>8}"
+              f" {r.aiokafka_records_per_s:>15,} {r.ratio:>14.2f}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""The `kiln` command."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cli import logs
+from cli.app import KilnApp
+from cli.settings import Settings, SettingsError, load_settings
+from storage.errors import StorageError
+
+log = logging.getLogger(__name__)
+
+_SERVE_OPTIONS = [
+    click.option("--listen", help="HOST:PORT Kafka clients connect to [KILN_LISTEN]"),
+    click.option("--advertise", help="HOST:PORT given to clients in Metadata [KILN_ADVERTISE]"),
+    click.option("--redis-url", help="Redis holding the log queue [KILN_REDIS_URL]"),
+    click.option("--kafka-bootstrap", help="HOST:PORT of the Kafka that survivors are hardened "
+                 "to [KILN_KAFKA_BOOTSTRAP]"),
+    click.option("--harden-delay-ms", type=int,
+                 help="how long records wait before hardening [KILN_HARDEN_DELAY_MS]"),
+    click.option("--config", "config_file", type=click.Path(path_type=Path, dir_okay=False),
+                 help="TOML configuration file"),
+    click.option("--log-json", is_flag=True, default=None, help="log one JSON object per line"),
+]
+
+
+def serve_options(func: Any) -> Any:
+    for option in reversed(_SERVE_OPTIONS):
+        func = option(func)
+    return func
+
+
+def _settings(config_file: Path | None, **flags: Any) -> Settings:
+    try:
+        return load_settings(config_file, overrides=flags)
+    except SettingsError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
+@click.group()
+@click.version_option(package_name="kiln")
+def main() -> None:
+    """Kiln: a Kafka-compatible write-behind proxy (Redis in front, Kafka behind)."""
+
+
+@main.command()
+@serve_options
+def serve(config_file: Path | None, **flags: Any) -> None:
+    """Run the proxy against an existing Redis and Kafka."""
+    settings = _settings(config_file, **flags)
+    logs.configure(settings.log_level, settings.log_json)
+    _run(settings)
+
+
+@main.command()
+@serve_options
+def dev(config_file: Path | None, **flags: Any) -> None:
+    """Start a local Redis and a local Kafka-compatible broker, then Kiln in front of them.
+
+    Ctrl-C stops all three."""
+    from cli.local_services import LocalRedis, LocalTansu, ServiceError
+
+    settings = _settings(config_file, **flags)
+    logs.configure(settings.log_level, settings.log_json)
+    redis, broker = LocalRedis(), LocalTansu()
+    try:
+        redis.start()
+        broker.start()
+    except ServiceError as exc:
+        redis.stop()
+        broker.stop()
+        raise click.ClickException(f"cannot start local services: {exc}") from exc
+    click.echo(f"redis  {redis.url}\nkafka  {broker.bootstrap}\n"
+               f"kiln   {settings.listen}  (point your Kafka clients here; Ctrl-C stops all)")
+    try:
+        overrides = {**flags, "redis_url": redis.url, "kafka_bootstrap": broker.bootstrap}
+        _run(_settings(config_file, **overrides))
+    finally:
+        broker.stop()
+        redis.stop()
+
+
+def _run(settings: Settings) -> None:
+    try:
+        asyncio.run(_serve(settings))
+    except StorageError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {settings.listen}: {exc}") from exc
+
+
+async def _serve(settings: Settings) -> None:
+    app = KilnApp(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    interrupts = 0
+
+    def on_signal(signum: int) -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts > 1 and signum == signal.SIGINT:
+            log.warning("second interrupt: exiting without hardening")
+            raise SystemExit(130)
+        log.info("%s: planned shutdown, hardening buffered records",
+                 signal.Signals(signum).name)
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        await app.start()
+    except StorageError:
+        await app.close()
+        raise
+    log.info("Kiln ready: redis=%s kafka=%s delay=%dms", settings.redis_url,
+             settings.kafka_bootstrap, settings.harden_delay_ms)
+    try:
+        await stop.wait()
+        await app.drain()
+    finally:
+        await app.close()

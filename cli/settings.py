@@ -1,0 +1,125 @@
+"""Settings: defaults < TOML file < KILN_* environment variables < command-line flags.
+
+The only module that reads the environment. A wrong key, type or value is rejected at start
+with a message that names it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+
+class SettingsError(ValueError):
+    """A configuration problem, worded for the operator."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    listen: str = "127.0.0.1:9092"
+    advertise: str = ""  # defaults to `listen` (with 0.0.0.0 replaced by 127.0.0.1)
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    kafka_bootstrap: str = "127.0.0.1:9093"
+    harden_delay_ms: int = 2000
+    buffer_budget_bytes: int = 512 * 1024 * 1024
+    auto_create_topics: bool = True
+    default_partitions: int = 1
+    node_id: int = 0
+    max_frame_bytes: int = 100 * 1024 * 1024
+    log_level: str = "info"
+    log_json: bool = False
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        return parse_host_port(self.listen, "listen")
+
+    @property
+    def advertised_address(self) -> tuple[str, int]:
+        if self.advertise:
+            return parse_host_port(self.advertise, "advertise")
+        host, port = self.listen_address
+        return ("127.0.0.1" if host in ("0.0.0.0", "", "::") else host), port
+
+
+_LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def parse_host_port(text: str, key: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise SettingsError(f"{key}: expected HOST:PORT, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def _coerce(key: str, raw: Any, kind: type, source: str) -> Any:
+    if kind is bool:
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.lower() in ("1", "true", "yes", "on", "0", "false",
+                                                     "no", "off"):
+            return raw.lower() in ("1", "true", "yes", "on")
+    elif kind is int:
+        if isinstance(raw, int) and not isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str):
+            try:
+                return int(raw.replace("_", ""))
+            except ValueError:
+                pass
+    elif kind is str and isinstance(raw, str):
+        return raw
+    raise SettingsError(f"{key} ({source}): expected {kind.__name__}, got {raw!r}")
+
+
+_TYPES: dict[str, type] = {f.name: {"int": int, "bool": bool, "str": str}[str(f.type)]
+                           for f in fields(Settings)}
+
+
+def _validate(settings: Settings) -> Settings:
+    settings.listen_address  # noqa: B018 - parses and raises on a bad value
+    settings.advertised_address  # noqa: B018
+    parse_host_port(settings.kafka_bootstrap.split(",")[0], "kafka_bootstrap")
+    if not settings.redis_url.startswith(("redis://", "rediss://", "unix://")):
+        raise SettingsError(f"redis_url: expected redis://HOST:PORT/DB, got {settings.redis_url!r}")
+    for key in ("harden_delay_ms", "buffer_budget_bytes", "node_id"):
+        if getattr(settings, key) < 0:
+            raise SettingsError(f"{key}: must be >= 0, got {getattr(settings, key)}")
+    for key in ("default_partitions", "max_frame_bytes"):
+        if getattr(settings, key) < 1:
+            raise SettingsError(f"{key}: must be >= 1, got {getattr(settings, key)}")
+    if settings.log_level not in _LOG_LEVELS:
+        raise SettingsError(f"log_level: one of {', '.join(_LOG_LEVELS)}, got "
+                            f"{settings.log_level!r}")
+    return settings
+
+
+def load_settings(config_file: Path | None = None, overrides: Mapping[str, Any] | None = None,
+                  environ: Mapping[str, str] | None = None) -> Settings:
+    values: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            document = tomllib.loads(config_file.read_text())
+        except OSError as exc:
+            raise SettingsError(f"cannot read config file {config_file}: {exc}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise SettingsError(f"config file {config_file} is not valid TOML: {exc}") from exc
+        section = document.get("kiln", document)
+        for key, raw in section.items():
+            if key not in _TYPES:
+                known = ", ".join(sorted(_TYPES))
+                raise SettingsError(f"unknown key {key!r} in {config_file} (known: {known})")
+            values[key] = _coerce(key, raw, _TYPES[key], str(config_file))
+    env = os.environ if environ is None else environ
+    for key, kind in _TYPES.items():
+        name = f"KILN_{key.upper()}"
+        if name in env:
+            values[key] = _coerce(key, env[name], kind, f"environment {name}")
+    for key, raw in (overrides or {}).items():
+        if raw is not None:
+            values[key] = _coerce(key, raw, _TYPES[key], f"--{key.replace('_', '-')}")
+    return _validate(dataclasses.replace(Settings(), **values))

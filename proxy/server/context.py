@@ -1,0 +1,47 @@
+"""Everything a handler needs, built once by the composition root (cli)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from storage.acks import HardenedWaiters
+from storage.budget import BufferBudget
+from storage.catalog import Catalog
+from storage.log_queue import LogQueue
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    node_id: int
+    advertised_host: str
+    advertised_port: int
+    cluster_id: str = "kiln"
+    max_frame_bytes: int = 100 * 1024 * 1024
+    max_in_flight_per_connection: int = 64
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class ServerCounters:
+    requests_by_api: Counter[str] = field(default_factory=Counter)
+    records_in: int = 0
+    bytes_in: int = 0
+    connections: int = 0
+    malformed_frames: int = 0
+
+
+@dataclass
+class KilnContext:
+    settings: ServerSettings
+    queue: LogQueue
+    catalog: Catalog
+    waiters: HardenedWaiters
+    budget: BufferBudget
+    clock_ms: Callable[[], int] = wall_clock_ms
+    counters: ServerCounters = field(default_factory=ServerCounters)

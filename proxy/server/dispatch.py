@@ -1,0 +1,62 @@
+"""Routes a decoded request to its handler; the one place that turns any unexpected
+exception into UNKNOWN_SERVER_ERROR (logged once, with its traceback)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from proxy.protocol.apis import ApiKey, Message, Request, encode_response, error_response
+from proxy.protocol.errors import ErrorCode, KafkaError
+from proxy.server.context import KilnContext
+from proxy.server.handlers import api_versions, create_topics, init_producer_id, metadata, produce
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[KilnContext, Request], Awaitable[Message | None]]
+ErrorBuilder = Callable[[Request, ErrorCode], Message]
+
+HANDLERS: dict[int, tuple[Handler, ErrorBuilder | None]] = {
+    ApiKey.API_VERSIONS: (api_versions.handle, None),
+    ApiKey.METADATA: (metadata.handle, None),
+    ApiKey.PRODUCE: (produce.handle, produce.error_response),
+    ApiKey.INIT_PRODUCER_ID: (init_producer_id.handle, None),
+    ApiKey.CREATE_TOPICS: (create_topics.handle, create_topics.error_response),
+}
+
+
+def expects_response(request: Request) -> bool:
+    """Produce with acks=0 is never answered, not even with an error."""
+    return not (request.spec.api_key == ApiKey.PRODUCE and request.body.acks == 0)
+
+
+def failure_response(request: Request, code: ErrorCode) -> Message:
+    builder = HANDLERS[request.spec.api_key][1]
+    if builder is not None:
+        return builder(request, code)
+    return error_response(request.spec, request.header.request_api_version, code)
+
+
+async def dispatch(ctx: KilnContext, request: Request) -> bytes | None:
+    """The response frame for `request`, or None when none is to be sent (acks=0)."""
+    handler, _ = HANDLERS[request.spec.api_key]
+    ctx.counters.requests_by_api[request.spec.api_key.name] += 1
+    log.debug("request %s v%d correlation_id=%d client_id=%s", request.spec.api_key.name,
+              request.header.request_api_version, request.header.correlation_id,
+              request.header.client_id)
+    try:
+        body = await handler(ctx, request)
+        return None if body is None else encode_response(request, body)
+    except KafkaError as exc:
+        if not expects_response(request):
+            return None
+        log.info("%s failed for client %s: %s", request.spec.api_key.name,
+                 request.header.client_id, exc)
+        return encode_response(request, failure_response(request, exc.error_code))
+    except Exception:
+        log.exception("unexpected failure in %s (correlation_id=%d, client_id=%s)",
+                      request.spec.api_key.name, request.header.correlation_id,
+                      request.header.client_id)
+        if not expects_response(request):
+            return None
+        return encode_response(request, failure_response(request, ErrorCode.UNKNOWN_SERVER_ERROR))

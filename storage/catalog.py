@@ -1,0 +1,113 @@
+"""Topics as Kiln and Kafka both see them: one place that keeps the two in step.
+
+A topic exists in Kiln's registry (what clients see through Kiln) and in Kafka (where its
+survivors are hardened), with the same name and partition count. Topics that already exist
+in Kafka are adopted with their partition count.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from proxy.protocol.errors import ErrorCode, KafkaError
+from storage.errors import HardenedStoreRejected, HardenedStoreUnavailable
+from storage.topics import TopicConfig, TopicRegistry, new_topic, validate_topic_name
+
+log = logging.getLogger(__name__)
+
+
+class TopicAdmin(Protocol):
+    """What the catalog needs of the hardened store (storage.kafka.client.KafkaClient)."""
+
+    async def list_topics(self) -> dict[str, int]: ...
+
+    async def create_topic(self, name: str, partitions: int, replication_factor: int = -1,
+                           configs: dict[str, str] | None = None) -> object: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogSettings:
+    auto_create_topics: bool = True
+    default_partitions: int = 1
+    # How long a listing of Kafka's topics is trusted before it is asked again.
+    kafka_listing_ttl_s: float = 5.0
+
+
+class Catalog:
+    def __init__(self, registry: TopicRegistry, admin: TopicAdmin,
+                 settings: CatalogSettings) -> None:
+        self._registry = registry
+        self._admin = admin
+        self._settings = settings
+        self._kafka_topics: dict[str, int] = {}
+        self._kafka_listed_at = float("-inf")
+
+    @property
+    def settings(self) -> CatalogSettings:
+        return self._settings
+
+    async def lookup(self, name: str, *, allow_create: bool) -> TopicConfig | None:
+        """The topic, adopting it from Kafka or auto-creating it where allowed."""
+        found = await self._registry.get(name)
+        if found is not None:
+            return found
+        kafka = await self._kafka_listing(refresh=True)
+        if name in kafka:
+            return await self._registry.create(new_topic(name, kafka[name]))
+        if not (allow_create and self._settings.auto_create_topics):
+            return None
+        validate_topic_name(name)
+        return await self.create(name, self._settings.default_partitions, require_kafka=False)
+
+    async def all(self) -> dict[str, TopicConfig]:
+        """Kiln's topics plus any Kafka topic not yet adopted (adopted now)."""
+        topics = await self._registry.all()
+        for name, partitions in (await self._kafka_listing(refresh=False)).items():
+            if name not in topics:
+                topics[name] = await self._registry.create(new_topic(name, partitions))
+        return topics
+
+    async def create(self, name: str, partitions: int, *, require_kafka: bool,
+                     validate_only: bool = False) -> TopicConfig:
+        """Create in Kafka, then in Kiln. With require_kafka=False an unreachable Kafka is
+        tolerated: the hardener creates the Kafka topic before it first writes to it."""
+        config = new_topic(name, partitions)
+        if await self._registry.get(name) is not None:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        if validate_only:
+            return config
+        try:
+            partitions = await self.ensure_in_kafka(name, partitions)
+        except HardenedStoreUnavailable:
+            if require_kafka:
+                raise
+            log.warning("Kafka unreachable; topic %s created in Kiln only for now", name)
+        created = await self._registry.create(new_topic(name, partitions, config.uuid))
+        log.info("topic %s created with %d partitions", name, created.partitions)
+        return created
+
+    async def ensure_in_kafka(self, name: str, partitions: int) -> int:
+        """Make sure Kafka has the topic; returns Kafka's partition count for it."""
+        existing = (await self._kafka_listing(refresh=False)).get(name)
+        if existing is not None:
+            return existing
+        try:
+            await self._admin.create_topic(name, partitions)
+        except HardenedStoreRejected as exc:
+            if exc.error_code is not ErrorCode.TOPIC_ALREADY_EXISTS:
+                raise
+        kafka = await self._kafka_listing(refresh=True)
+        return kafka.get(name, partitions)
+
+    async def _kafka_listing(self, *, refresh: bool) -> dict[str, int]:
+        now = time.monotonic()
+        if refresh or now - self._kafka_listed_at > self._settings.kafka_listing_ttl_s:
+            try:
+                self._kafka_topics = await self._admin.list_topics()
+                self._kafka_listed_at = now
+            except HardenedStoreUnavailable as exc:
+                log.debug("cannot list Kafka topics: %s", exc)
+        return self._kafka_topics

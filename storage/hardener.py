@@ -1,0 +1,205 @@
+"""The hardener: moves survivors whose delay has expired from the log queue into Kafka.
+
+One task per topic-partition, each holding that partition's lease in Redis (so one Kiln
+process hardens a partition at a time) and a fenced writer in Kafka (so a paused process
+that lost the lease cannot write after its successor). Order per partition:
+
+  1. recover: fence earlier writers; ask Kafka which Kiln offset it holds last;
+  2. read due batches from Redis; write the records Kafka does not hold yet;
+  3. trim what was written from Redis and advance the hardened mark; wake waiting acks.
+
+A crash between 2 and 3 leaves records in both tiers; step 1 after restart skips them, so
+Kafka receives every record exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from storage.acks import HardenedWaiters
+from storage.catalog import Catalog
+from storage.errors import BufferUnavailable, Fenced, StorageError
+from storage.hardened_store import HardenedPartitionWriter
+from storage.kafka.client import KafkaClient
+from storage.log_queue import LogQueue
+from storage.model import TopicPartition
+from storage.policy.delay import FixedDelay, due_prefix
+from storage.policy.reliability import should_harden
+from storage.topics import HardenPolicy
+
+log = logging.getLogger(__name__)
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class HardenerSettings:
+    owner: str
+    tick_s: float = 0.02
+    read_limit_bytes: int = 4 * 1024 * 1024
+    max_batch_bytes: int = 1_000_000
+    lease_ms: int = 10_000
+    max_backoff_s: float = 5.0
+    topic_scan_s: float = 1.0
+
+
+@dataclass
+class HardenerCounters:
+    records_hardened: int = 0
+    bytes_hardened: int = 0
+    records_dropped: int = 0
+    batches_written: int = 0
+    errors: int = 0
+    per_topic_records: dict[str, int] = field(default_factory=dict)
+
+
+class Hardener:
+    def __init__(self, queue: LogQueue, catalog: Catalog, client: KafkaClient,
+                 delay: FixedDelay, waiters: HardenedWaiters, settings: HardenerSettings,
+                 clock: Callable[[], int] = wall_clock_ms) -> None:
+        self._queue = queue
+        self._catalog = catalog
+        self._client = client
+        self._delay = delay
+        self._waiters = waiters
+        self._settings = settings
+        self._clock = clock
+        self._tasks: dict[TopicPartition, asyncio.Task[None]] = {}
+        self._supervisor: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
+        self._flush_requested: dict[TopicPartition, asyncio.Event] = {}
+        self.counters = HardenerCounters()
+
+    def start(self) -> None:
+        self._supervisor = asyncio.create_task(self._supervise(), name="kiln-hardener")
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        tasks = [t for t in [self._supervisor, *self._tasks.values()] if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for tp in list(self._tasks):
+            with contextlib.suppress(BufferUnavailable):
+                await self._queue.release_lease(tp, self._settings.owner)
+
+    async def flush(self, topics: Sequence[str] | None = None, timeout_s: float = 60.0) -> bool:
+        """Harden every buffered persistent record of the given topics (all if None) now,
+        ignoring the delay. True when everything buffered at the call was hardened."""
+        deadline = time.monotonic() + timeout_s
+        await self._scan_topics()
+        targets = [tp for tp in self._tasks if topics is None or tp.topic in topics]
+        goals = dict(zip(targets, await self._queue.states(targets), strict=True))
+        for tp in targets:
+            self._flush_requested.setdefault(tp, asyncio.Event()).set()
+        for tp, state in goals.items():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not await self._waiters.wait(tp, state.next_offset - 1,
+                                                              remaining):
+                return False
+        return True
+
+    async def _supervise(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                await self._scan_topics()
+            except StorageError as exc:
+                log.warning("hardener cannot list topics: %s", exc)
+            await asyncio.sleep(self._settings.topic_scan_s)
+
+    async def _scan_topics(self) -> None:
+        for config in (await self._catalog.all()).values():
+            for partition in range(config.partitions):
+                tp = TopicPartition(config.name, partition)
+                if tp not in self._tasks or self._tasks[tp].done():
+                    self._tasks[tp] = asyncio.create_task(
+                        self._run_partition(tp), name=f"kiln-harden-{tp.topic}-{partition}"
+                    )
+
+    async def _run_partition(self, tp: TopicPartition) -> None:
+        writer: HardenedPartitionWriter | None = None
+        skip_below = 0
+        backoff = 0.0
+        flush = self._flush_requested.setdefault(tp, asyncio.Event())
+        while not self._stopping.is_set():
+            try:
+                if not await self._queue.acquire_lease(tp, self._settings.owner,
+                                                       self._settings.lease_ms):
+                    writer = None
+                    await asyncio.sleep(self._settings.lease_ms / 4000)
+                    continue
+                if writer is None:
+                    writer, skip_below = await self._recover(tp)
+                forced = flush.is_set()
+                flush.clear()
+                progressed, skip_below = await self._harden_once(tp, writer, skip_below, forced)
+                backoff = 0.0
+                if not progressed:
+                    await self._idle(flush)
+            except Fenced as exc:
+                log.warning("hardening of %s/%d fenced: %s", tp.topic, tp.partition, exc)
+                writer = None
+                self.counters.errors += 1
+                await asyncio.sleep(self._settings.tick_s)
+            except StorageError as exc:
+                writer = None
+                self.counters.errors += 1
+                backoff = min(self._settings.max_backoff_s, max(0.05, backoff * 2))
+                log.warning("hardening of %s/%d paused %.2fs: %s",
+                            tp.topic, tp.partition, backoff, exc)
+                await asyncio.sleep(backoff)
+
+    async def _idle(self, flush: asyncio.Event) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(flush.wait(), self._settings.tick_s)
+
+    async def _recover(self, tp: TopicPartition) -> tuple[HardenedPartitionWriter, int]:
+        config = await self._catalog.lookup(tp.topic, allow_create=False)
+        if config is not None:
+            await self._catalog.ensure_in_kafka(tp.topic, config.partitions)
+        writer = HardenedPartitionWriter(self._client, tp.topic, tp.partition,
+                                         max_batch_bytes=self._settings.max_batch_bytes)
+        in_kafka = await writer.recover()
+        state = await self._queue.state(tp)
+        skip_below = max(in_kafka or 0, state.hardened_offset)
+        if in_kafka is not None and in_kafka > state.hardened_offset:
+            # Crashed after writing to Kafka and before trimming Redis: finish the trim.
+            await self._queue.trim_below(tp, in_kafka)
+        self._waiters.hardened(tp, skip_below)
+        log.info("hardening %s/%d from Kiln offset %d", tp.topic, tp.partition, skip_below)
+        return writer, skip_below
+
+    async def _harden_once(self, tp: TopicPartition, writer: HardenedPartitionWriter,
+                           skip_below: int, forced: bool) -> tuple[bool, int]:
+        batches = await self._queue.read(tp, self._settings.read_limit_bytes)
+        if not batches:
+            return False, skip_below
+        now = self._clock()
+        due_before = now if forced else self._delay.decide(now).due_before(now)
+        due = due_prefix(batches, due_before)
+        if not due:
+            return False, skip_below
+        config = await self._catalog.lookup(tp.topic, allow_create=False)
+        harden_topic = config is None or config.harden is not HardenPolicy.NEVER
+        to_write = [b for b in due
+                    if harden_topic and should_harden(b.reliability) and b.next_offset > skip_below]
+        upto = due[-1].next_offset
+        if to_write:
+            result = await writer.write(to_write, skip_below)
+            self.counters.records_hardened += result.records
+            self.counters.bytes_hardened += result.bytes
+            self.counters.batches_written += 1
+            per_topic = self.counters.per_topic_records
+            per_topic[tp.topic] = per_topic.get(tp.topic, 0) + result.records
+        dropped = sum(b.record_count for b in due if b not in to_write)
+        self.counters.records_dropped += dropped
+        await self._queue.trim_below(tp, upto)
+        self._waiters.hardened(tp, upto)
+        return True, max(skip_below, upto)

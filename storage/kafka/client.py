@@ -1,0 +1,554 @@
+"""A small Kafka client for the hardened store: metadata, topics, producer ids, produce, fetch.
+
+Only what hardening needs, built on pipelined BrokerConnections (one per broker). Requests go
+to the partition leader (or the transaction coordinator, or the controller); answers that
+say the metadata is stale drop the cached leader so the next call looks it up again.
+
+Error codes become the storage layer's errors here: PRODUCER_FENCED and
+INVALID_PRODUCER_EPOCH raise Fenced, retriable codes HardenedStoreUnavailable, anything else
+HardenedStoreRejected. Produce is never retried here: a retry of one request while later ones
+are in flight would break sequence order, so the caller recovers and rewrites instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import kafka.errors
+from kafka.protocol.admin import CreateTopicsRequest
+from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
+from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
+from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+
+from proxy.protocol.apis import ApiKey, Message
+from proxy.protocol.errors import ErrorCode
+from storage.errors import Fenced, HardenedStoreRejected, HardenedStoreUnavailable, StorageError
+from storage.kafka.connection import BrokerConnection
+
+log = logging.getLogger(__name__)
+
+EARLIEST = -2
+LATEST = -1
+_TRANSACTION_COORDINATOR = 1
+_COORDINATOR_ATTEMPTS = 5
+_COORDINATOR_BACKOFF_S = 0.1
+_READ_ATTEMPTS = 2
+_FENCED_CODES = frozenset({ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH})
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition_index: int
+    leader_id: int
+    leader_epoch: int
+    error_code: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    error_code: int
+    topic_id: uuid.UUID | None
+    is_internal: bool
+    partitions: tuple[PartitionInfo, ...]  # by partition_index
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterMetadata:
+    cluster_id: str | None
+    controller_id: int
+    brokers: Mapping[int, BrokerInfo]
+    topics: Mapping[str, TopicInfo]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """One partition's fetch answer. error_code is NONE or OFFSET_OUT_OF_RANGE (others raise);
+    `records` may hold several batches and end in a truncated one."""
+
+    error_code: int
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    records: bytes
+
+
+class ProduceResult(NamedTuple):
+    """base_offset is the broker offset of the request's first record; -1 when the broker
+    answered DUPLICATE_SEQUENCE_NUMBER (the records are already there)."""
+
+    base_offset: int
+    error_code: int
+
+
+def error_for(code: int, context: str) -> StorageError:
+    """The storage error for a Kafka error code in an answer."""
+    known: Any = kafka.errors.for_code(code)
+    what = f"{context}: {known.message} ({code})"
+    if code in _FENCED_CODES:
+        return Fenced(what)
+    if known.retriable:
+        return HardenedStoreUnavailable(what)
+    return HardenedStoreRejected(ErrorCode.of(code), what)
+
+
+def _stale_metadata(code: int) -> bool:
+    return bool(kafka.errors.for_code(code).invalid_metadata)
+
+
+def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
+    """"host:port[,host:port...]" (IPv6 hosts in brackets) as (host, port) pairs."""
+    out: list[tuple[str, int]] = []
+    for item in bootstrap.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"bootstrap server {item!r} is not host:port")
+        out.append((host.strip("[]"), int(port)))
+    if not out:
+        raise ValueError("no bootstrap servers")
+    return out
+
+
+class PartitionSender:
+    """Produce requests to one partition leader, written in call order on one connection.
+
+    `send()` writes at once and returns an awaitable for the answer; await every one of
+    them (in any order) so no failure goes unseen.
+    """
+
+    def __init__(self, client: KafkaClient, connection: BrokerConnection, topic: str,
+                 partition: int) -> None:
+        self._client = client
+        self._connection = connection
+        self.topic = topic
+        self.partition = partition
+
+    def send(self, records: bytes, *, acks: int = -1, timeout_ms: int = 30_000
+             ) -> asyncio.Future[Message]:
+        body = ProduceRequest(
+            transactional_id=None,
+            acks=acks,
+            timeout_ms=timeout_ms,
+            topic_data=[ProduceRequest.TopicProduceData(
+                name=self.topic,
+                partition_data=[ProduceRequest.TopicProduceData.PartitionProduceData(
+                    index=self.partition, records=records
+                )],
+            )],
+        )
+        try:
+            return self._connection.send(ApiKey.PRODUCE, body)
+        except HardenedStoreUnavailable:
+            self._client.forget_leader(self.topic, self.partition)
+            raise
+
+    async def drain(self) -> None:
+        await self._connection.drain()
+
+    async def result(self, answer: asyncio.Future[Message]) -> ProduceResult:
+        """The outcome of one `send()`; raises the storage error for a failed one."""
+        try:
+            response = await answer
+        except HardenedStoreUnavailable:
+            self._client.forget_leader(self.topic, self.partition)
+            raise
+        if response is None:  # acks=0
+            return ProduceResult(-1, ErrorCode.NONE)
+        part = response.responses[0].partition_responses[0]
+        code = int(part.error_code)
+        if code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
+            return ProduceResult(int(part.base_offset), code)
+        if _stale_metadata(code):
+            self._client.forget_leader(self.topic, self.partition)
+        detail = f" ({part.error_message})" if part.error_message else ""
+        raise error_for(code, f"produce to {self.topic}[{self.partition}]{detail}")
+
+
+class KafkaClient:
+    def __init__(self, bootstrap: str, client_id: str = "kiln", *,
+                 connect_timeout: float = 10.0, request_timeout: float = 45.0) -> None:
+        self._bootstrap = parse_bootstrap(bootstrap)
+        self._client_id = client_id
+        self._connect_timeout = connect_timeout
+        self._request_timeout = request_timeout
+        self._brokers: dict[int, BrokerInfo] = {}
+        self._controller_id = -1
+        self._leaders: dict[tuple[str, int], int] = {}
+        self._coordinators: dict[str, int] = {}
+        self._connections: dict[int, BrokerConnection] = {}
+        self._any: BrokerConnection | None = None  # for requests any broker may answer
+        self._connect_lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        """Connect to a bootstrap server and learn the brokers."""
+        meta = await self.metadata([])
+        log.info("connected to Kafka cluster %s: %d broker(s)", meta.cluster_id, len(meta.brokers))
+
+    async def close(self) -> None:
+        connections = list(self._connections.values())
+        if self._any is not None and self._any not in connections:
+            connections.append(self._any)
+        self._connections.clear()
+        self._any = None
+        for connection in connections:
+            await connection.close()
+
+    # --- metadata and topics -------------------------------------------------------------
+
+    async def metadata(self, topics: list[str] | None) -> ClusterMetadata:
+        """Brokers and the named topics (all topics for None; none for [])."""
+        request = MetadataRequest(
+            topics=None if topics is None else [
+                MetadataRequest.MetadataRequestTopic(name=t) for t in topics
+            ],
+            allow_auto_topic_creation=False,
+            include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False,
+        )
+        response = await self._request_any(ApiKey.METADATA, request)
+        brokers = {
+            b.node_id: BrokerInfo(b.node_id, b.host, b.port, b.rack) for b in response.brokers
+        }
+        self._brokers.update(brokers)
+        controller_id = getattr(response, "controller_id", None)  # v1+
+        self._controller_id = -1 if controller_id is None else int(controller_id)
+        infos: dict[str, TopicInfo] = {}
+        for t in response.topics:
+            partitions = tuple(sorted(
+                (PartitionInfo(p.partition_index, p.leader_id,
+                               int(getattr(p, "leader_epoch", -1)), p.error_code)
+                 for p in t.partitions),
+                key=lambda p: p.partition_index,
+            ))
+            topic_id = getattr(t, "topic_id", None)
+            infos[t.name] = TopicInfo(
+                t.name, t.error_code, topic_id if topic_id and topic_id.int else None,
+                bool(getattr(t, "is_internal", False)), partitions,
+            )
+            for p in partitions:
+                if p.error_code == ErrorCode.NONE and p.leader_id >= 0:
+                    self._leaders[(t.name, p.partition_index)] = p.leader_id
+                else:
+                    self._leaders.pop((t.name, p.partition_index), None)
+        return ClusterMetadata(
+            getattr(response, "cluster_id", None), self._controller_id, brokers, infos
+        )
+
+    async def list_topics(self) -> dict[str, int]:
+        """Topic name → partition count, leaving out internal topics (`__…`)."""
+        meta = await self.metadata(None)
+        return {
+            name: info.partition_count
+            for name, info in meta.topics.items()
+            if not info.is_internal and not name.startswith("__") and info.error_code == 0
+        }
+
+    async def create_topic(self, name: str, partitions: int, replication_factor: int = -1,
+                           configs: dict[str, str] | None = None,
+                           timeout_ms: int = 30_000) -> bool:
+        """Create a topic; False if it already exists (its settings are then not checked)."""
+        request = CreateTopicsRequest(
+            topics=[CreateTopicsRequest.CreatableTopic(
+                name=name,
+                num_partitions=partitions,
+                replication_factor=replication_factor,
+                assignments=[],
+                configs=[
+                    CreateTopicsRequest.CreatableTopic.CreatableTopicConfig(name=k, value=v)
+                    for k, v in (configs or {}).items()
+                ],
+            )],
+            timeout_ms=timeout_ms,
+            validate_only=False,
+        )
+        await self.metadata([])  # learn the current controller
+        connection = await self._controller_connection()
+        response = await connection.request(ApiKey.CREATE_TOPICS, request)
+        result = response.topics[0]
+        if result.error_code == ErrorCode.TOPIC_ALREADY_EXISTS:
+            return False
+        if result.error_code != ErrorCode.NONE:
+            detail = f" ({result.error_message})" if result.error_message else ""
+            raise error_for(result.error_code, f"create topic {name}{detail}")
+        log.info("created topic %s with %d partition(s)", name, partitions)
+        return True
+
+    # --- producer ids ------------------------------------------------------------------------
+
+    async def init_producer_id(self, transactional_id: str | None,
+                               transaction_timeout_ms: int) -> tuple[int, int]:
+        """(producer_id, producer_epoch). With a transactional id this bumps its epoch, which
+        fences every earlier holder of the id."""
+        request = InitProducerIdRequest(
+            transactional_id=transactional_id,
+            transaction_timeout_ms=transaction_timeout_ms,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+        for attempt in range(1, _COORDINATOR_ATTEMPTS + 1):
+            if transactional_id is None:
+                connection = await self._any_connection()
+            else:
+                connection = await self._coordinator_connection(transactional_id)
+            try:
+                response = await connection.request(ApiKey.INIT_PRODUCER_ID, request)
+            except HardenedStoreUnavailable:
+                if transactional_id is not None:
+                    self._coordinators.pop(transactional_id, None)
+                raise
+            code = int(response.error_code)
+            if code == ErrorCode.NONE:
+                return int(response.producer_id), int(response.producer_epoch)
+            error = error_for(code, f"InitProducerId for {transactional_id!r}")
+            if not isinstance(error, HardenedStoreUnavailable) or attempt == _COORDINATOR_ATTEMPTS:
+                raise error
+            # Coordinator moving or loading, or an old transaction being aborted: soon over.
+            if transactional_id is not None:
+                self._coordinators.pop(transactional_id, None)
+            log.debug("InitProducerId for %r: %s; retrying", transactional_id, error)
+            await asyncio.sleep(_COORDINATOR_BACKOFF_S * attempt)
+        raise AssertionError("unreachable")
+
+    # --- produce and fetch -------------------------------------------------------------------
+
+    async def partition_sender(self, topic: str, partition: int) -> PartitionSender:
+        """A sender bound to the partition's current leader."""
+        return PartitionSender(self, await self._leader_connection(topic, partition), topic,
+                               partition)
+
+    async def produce(self, topic: str, partition: int, records: bytes, acks: int = -1,
+                      timeout_ms: int = 30_000) -> ProduceResult:
+        """Produce one record batch; (base_offset, error_code) with error_code NONE or
+        DUPLICATE_SEQUENCE_NUMBER, any other answer raises. Apache Kafka refuses (with
+        INVALID_RECORD) a Produce v3+ request holding more than one batch per partition;
+        tansu accepts it."""
+        sender = await self.partition_sender(topic, partition)
+        answer = sender.send(records, acks=acks, timeout_ms=timeout_ms)
+        await sender.drain()
+        return await sender.result(answer)
+
+    async def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
+                    max_wait_ms: int = 1) -> FetchResult:
+        """Records from `offset` (read_uncommitted). A broker returns at least one whole batch
+        however small max_bytes is; max_wait_ms=0 makes tansu answer empty, so keep it ≥ 1."""
+        request = FetchRequest(
+            replica_id=-1,
+            max_wait_ms=max_wait_ms,
+            min_bytes=1,
+            max_bytes=max_bytes,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=[FetchRequest.FetchTopic(
+                topic=topic,
+                partitions=[FetchRequest.FetchTopic.FetchPartition(
+                    partition=partition,
+                    current_leader_epoch=-1,
+                    fetch_offset=offset,
+                    last_fetched_epoch=-1,
+                    log_start_offset=-1,
+                    partition_max_bytes=max_bytes,
+                )],
+            )],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
+        response = await self._leader_request(topic, partition, ApiKey.FETCH, request)
+        top_code = int(getattr(response, "error_code", 0) or 0)  # v7+ only
+        if top_code:
+            raise error_for(top_code, f"fetch {topic}[{partition}]")
+        part = response.responses[0].partitions[0]
+        code = int(part.error_code)
+        if code not in (ErrorCode.NONE, ErrorCode.OFFSET_OUT_OF_RANGE):
+            if _stale_metadata(code):
+                self.forget_leader(topic, partition)
+            raise error_for(code, f"fetch {topic}[{partition}] at {offset}")
+        return FetchResult(code, int(part.high_watermark), int(part.last_stable_offset),
+                           int(part.log_start_offset), bytes(part.records or b""))
+
+    async def list_offset(self, topic: str, partition: int, timestamp: int) -> int:
+        """ListOffsets for one partition (EARLIEST, LATEST or a timestamp). tansu 0.6 answers
+        LATEST wrongly; use high_watermark() for the end of a partition."""
+        request = ListOffsetsRequest(
+            replica_id=-1,
+            isolation_level=0,
+            topics=[ListOffsetsRequest.ListOffsetsTopic(
+                name=topic,
+                partitions=[ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                    partition_index=partition, current_leader_epoch=-1, timestamp=timestamp
+                )],
+            )],
+        )
+        response = await self._leader_request(topic, partition, ApiKey.LIST_OFFSETS, request)
+        part = response.topics[0].partitions[0]
+        if part.error_code != ErrorCode.NONE:
+            if _stale_metadata(part.error_code):
+                self.forget_leader(topic, partition)
+            raise error_for(part.error_code, f"list offsets of {topic}[{partition}]")
+        return int(part.offset)
+
+    async def high_watermark(self, topic: str, partition: int) -> int:
+        """The partition's high watermark, as a Fetch answer reports it.
+
+        The fetch starts at ListOffsets' idea of the end, so on Kafka it moves no records
+        and on tansu (whose LATEST falls short) only the last batch.
+        """
+        hint = await self.list_offset(topic, partition, LATEST)
+        result = await self.fetch(topic, partition, max(hint, 0), max_bytes=1)
+        if result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            start = await self.list_offset(topic, partition, EARLIEST)
+            result = await self.fetch(topic, partition, start, max_bytes=1)
+            if result.error_code != ErrorCode.NONE:
+                raise error_for(result.error_code, f"high watermark of {topic}[{partition}]")
+        return result.high_watermark
+
+    # --- routing -----------------------------------------------------------------------------
+
+    def forget_leader(self, topic: str, partition: int) -> None:
+        """Look the partition's leader up again before the next request to it."""
+        self._leaders.pop((topic, partition), None)
+
+    async def _leader_request(self, topic: str, partition: int, api_key: ApiKey,
+                              body: Message) -> Message:
+        """A read-only request to the leader, tried again once after a connection failure."""
+        for attempt in range(1, _READ_ATTEMPTS + 1):
+            connection = await self._leader_connection(topic, partition)
+            try:
+                return await connection.request(api_key, body)
+            except HardenedStoreUnavailable:
+                self.forget_leader(topic, partition)
+                if attempt == _READ_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _leader_connection(self, topic: str, partition: int) -> BrokerConnection:
+        leader = self._leaders.get((topic, partition))
+        if leader is None:
+            meta = await self.metadata([topic])
+            info = meta.topics.get(topic)
+            if info is None:
+                raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no metadata for {topic}")
+            if info.error_code != ErrorCode.NONE:
+                raise error_for(info.error_code, f"metadata for {topic}")
+            if not 0 <= partition < info.partition_count:
+                raise HardenedStoreRejected(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"{topic} has {info.partition_count} partitions, not {partition + 1}",
+                )
+            part = info.partitions[partition]
+            if part.error_code != ErrorCode.NONE:
+                raise error_for(part.error_code, f"metadata for {topic}[{partition}]")
+            leader = self._leaders.get((topic, partition))
+            if leader is None:
+                raise error_for(ErrorCode.LEADER_NOT_AVAILABLE, f"{topic}[{partition}]")
+        return await self._connection(leader)
+
+    async def _coordinator_connection(self, transactional_id: str) -> BrokerConnection:
+        node = self._coordinators.get(transactional_id)
+        if node is None:
+            node = await self._find_coordinator(transactional_id)
+            self._coordinators[transactional_id] = node
+        return await self._connection(node)
+
+    async def _find_coordinator(self, transactional_id: str) -> int:
+        connection = await self._any_connection()
+        if connection.version(ApiKey.FIND_COORDINATOR) >= 4:
+            request = FindCoordinatorRequest(key_type=_TRANSACTION_COORDINATOR,
+                                             coordinator_keys=[transactional_id])
+            response = await connection.request(ApiKey.FIND_COORDINATOR, request)
+            answer: Any = response.coordinators[0]
+        else:
+            request = FindCoordinatorRequest(key_type=_TRANSACTION_COORDINATOR,
+                                             key=transactional_id)
+            answer = await connection.request(ApiKey.FIND_COORDINATOR, request)
+        if answer.error_code != ErrorCode.NONE:
+            raise error_for(answer.error_code, f"find coordinator of {transactional_id!r}")
+        self._brokers.setdefault(
+            answer.node_id, BrokerInfo(answer.node_id, answer.host, answer.port, None)
+        )
+        return int(answer.node_id)
+
+    async def _controller_connection(self) -> BrokerConnection:
+        if self._controller_id in self._brokers:
+            return await self._connection(self._controller_id)
+        return await self._any_connection()
+
+    async def _connection(self, node_id: int) -> BrokerConnection:
+        connection = self._connections.get(node_id)
+        if connection is not None and not connection.closed:
+            return connection
+        async with self._connect_lock:
+            connection = self._connections.get(node_id)
+            if connection is not None and not connection.closed:
+                return connection
+            broker = self._brokers.get(node_id)
+            if broker is None:
+                await self.metadata([])
+                broker = self._brokers.get(node_id)
+                if broker is None:
+                    raise HardenedStoreUnavailable(f"broker {node_id} is not in the metadata")
+            try:
+                connection = await self._open(broker.host, broker.port)
+            except HardenedStoreUnavailable:
+                # Its partitions have probably moved; look them up again next time.
+                for key, leader in list(self._leaders.items()):
+                    if leader == node_id:
+                        del self._leaders[key]
+                raise
+            self._connections[node_id] = connection
+            return connection
+
+    async def _any_connection(self) -> BrokerConnection:
+        """A connection to some broker: an open one, else the bootstrap servers in turn."""
+        if self._any is not None and not self._any.closed:
+            return self._any
+        for connection in self._connections.values():
+            if not connection.closed:
+                self._any = connection
+                return connection
+        candidates = self._bootstrap + [(b.host, b.port) for b in self._brokers.values()]
+        failure: HardenedStoreUnavailable | None = None
+        for host, port in candidates:
+            try:
+                self._any = await self._open(host, port)
+                return self._any
+            except HardenedStoreUnavailable as exc:
+                failure = exc
+        assert failure is not None
+        raise failure
+
+    async def _request_any(self, api_key: ApiKey, body: Message) -> Message:
+        for attempt in range(1, _READ_ATTEMPTS + 1):
+            connection = await self._any_connection()
+            try:
+                return await connection.request(api_key, body)
+            except HardenedStoreUnavailable:
+                if attempt == _READ_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _open(self, host: str, port: int) -> BrokerConnection:
+        return await BrokerConnection.open(
+            host, port, client_id=self._client_id, connect_timeout=self._connect_timeout,
+            request_timeout=self._request_timeout,
+        )

@@ -1,0 +1,290 @@
+"""The log queue (hot tier): one Redis stream per topic-partition, batches stored whole.
+
+Every mutation is one Lua script, so offsets are assigned atomically in Redis and several
+Kiln processes can append to, harden and trim one partition without colliding. Keys carry
+one hash tag per partition, so the layout is Redis Cluster-ready.
+
+Layout per partition (`{topic/partition}` is the hash tag):
+  kiln:{t/p}:log    stream; entry id `<base_offset>-1`; fields d=batch bytes, n=records,
+                    t=append time (ms), l=reliability level
+  kiln:{t/p}:meta   hash; next (high watermark), hardened (every offset below it is in Kafka
+                    or was dropped), bytes and records buffered
+  kiln:{t/p}:pids   hash; producer id -> JSON idempotence state (epoch, last 5 batches)
+  kiln:{t/p}:lease  string; the Kiln process that hardens this partition (fencing token)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from proxy.protocol.errors import ErrorCode
+from storage.errors import BufferUnavailable
+from storage.model import Reliability, StoredBatch, TopicPartition
+
+log = logging.getLogger(__name__)
+
+# Sequences wrap at 2^31 as in Kafka. The last five batches of each producer are remembered
+# so a retried batch is answered with its original offset and never stored twice.
+_APPEND = """
+local log, meta, pids = KEYS[1], KEYS[2], KEYS[3]
+local now, level, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local first_offset = -1
+local duplicate = 0
+for i = 0, count - 1 do
+  local a = 4 + i * 5
+  local data, n = ARGV[a], tonumber(ARGV[a + 1])
+  local pid, epoch, seq = ARGV[a + 2], tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+  local state = nil
+  local last_seq = (seq + n - 1) % 2147483648
+  if tonumber(pid) >= 0 then
+    local raw = redis.call('HGET', pids, pid)
+    if raw then
+      state = cjson.decode(raw)
+      if epoch < state.e then
+        return {47, -1, 0}
+      end
+      if epoch == state.e then
+        local dup = nil
+        for _, b in ipairs(state.b) do
+          if b[1] == seq and b[2] == last_seq then dup = b[3] end
+        end
+        if dup then
+          if first_offset < 0 then first_offset = dup end
+          duplicate = 1
+          state = 'dup'
+        else
+          local expected = (state.b[#state.b][2] + 1) % 2147483648
+          if seq ~= expected then
+            return {45, -1, 0}
+          end
+        end
+      else
+        state = {e = epoch, b = {}}
+      end
+    else
+      state = {e = epoch, b = {}}
+    end
+  end
+  if state ~= 'dup' then
+    local base = tonumber(redis.call('HGET', meta, 'next') or '0')
+    redis.call('XADD', log, string.format('%d-1', base), 'd', data, 'n', n, 't', now, 'l', level)
+    redis.call('HSET', meta, 'next', base + n)
+    redis.call('HINCRBY', meta, 'bytes', string.len(data))
+    redis.call('HINCRBY', meta, 'records', n)
+    if first_offset < 0 then first_offset = base end
+    if state then
+      table.insert(state.b, {seq, last_seq, base})
+      if #state.b > 5 then table.remove(state.b, 1) end
+      redis.call('HSET', pids, pid, cjson.encode(state))
+    end
+  end
+end
+return {0, first_offset, duplicate}
+"""
+
+# Remove every entry whose records all lie below ARGV[1]; a batch that straddles the bound
+# stays whole (readers skip its earlier records).
+_TRIM_BELOW = """
+local log, meta = KEYS[1], KEYS[2]
+local upto = tonumber(ARGV[1])
+local removed_bytes, removed_records = 0, 0
+while true do
+  local entries = redis.call('XRANGE', log, '-', '+', 'COUNT', 256)
+  if #entries == 0 then break end
+  local stop = false
+  for _, e in ipairs(entries) do
+    local base = tonumber(string.match(e[1], '^(%d+)'))
+    local f = e[2]
+    local data, n = nil, 0
+    for j = 1, #f, 2 do
+      if f[j] == 'd' then data = f[j + 1] elseif f[j] == 'n' then n = tonumber(f[j + 1]) end
+    end
+    if base + n > upto then stop = true break end
+    redis.call('XDEL', log, e[1])
+    removed_bytes = removed_bytes + string.len(data)
+    removed_records = removed_records + n
+  end
+  if stop then break end
+end
+if removed_bytes > 0 then
+  redis.call('HINCRBY', meta, 'bytes', -removed_bytes)
+  redis.call('HINCRBY', meta, 'records', -removed_records)
+end
+local hardened = tonumber(redis.call('HGET', meta, 'hardened') or '0')
+if upto > hardened then redis.call('HSET', meta, 'hardened', upto) end
+return {removed_records, removed_bytes}
+"""
+
+# Take or renew the hardening lease of a partition; returns 1 when this owner holds it.
+_LEASE = """
+local holder = redis.call('GET', KEYS[1])
+if holder == false or holder == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+"""
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRequest:
+    """One partition's share of a produce request, already validated."""
+
+    tp: TopicPartition
+    reliability: Reliability
+    # (batch bytes, record_count, producer_id, producer_epoch, base_sequence)
+    batches: Sequence[tuple[bytes, int, int, int, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    error_code: ErrorCode
+    base_offset: int
+    duplicate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    next_offset: int
+    hardened_offset: int
+    buffered_bytes: int
+    buffered_records: int
+
+
+def _key(tp: TopicPartition, kind: str) -> str:
+    return f"kiln:{{{tp.topic}/{tp.partition}}}:{kind}"
+
+
+class LogQueue:
+    """Adapter over Redis: appends, reads, trims; Redis errors become BufferUnavailable."""
+
+    def __init__(self, redis: aioredis.Redis) -> None:
+        self._redis = redis
+        self._append = redis.register_script(_APPEND)
+        self._trim = redis.register_script(_TRIM_BELOW)
+        self._lease = redis.register_script(_LEASE)
+        self._release = redis.register_script(_RELEASE)
+
+    @classmethod
+    def from_url(cls, url: str) -> LogQueue:
+        return cls(aioredis.Redis.from_url(url, decode_responses=False))
+
+    @property
+    def redis(self) -> aioredis.Redis:
+        return self._redis
+
+    async def close(self) -> None:
+        await self._redis.aclose()
+
+    async def ping(self) -> None:
+        try:
+            await self._redis.ping()
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+
+    async def append(self, requests: Sequence[AppendRequest], now_ms: int) -> list[AppendResult]:
+        """Append every partition's batches in one round trip (one script per partition)."""
+        if not requests:
+            return []
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for req in requests:
+                    args: list[bytes | int] = [now_ms, int(req.reliability), len(req.batches)]
+                    for data, count, pid, epoch, seq in req.batches:
+                        args += [data, count, pid, epoch, seq]
+                    keys = [_key(req.tp, "log"), _key(req.tp, "meta"), _key(req.tp, "pids")]
+                    await self._append(keys=keys, args=args, client=pipe)
+                replies = await pipe.execute(raise_on_error=True)
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        return [
+            AppendResult(ErrorCode.of(int(code)), int(base), bool(dup))
+            for code, base, dup in replies
+        ]
+
+    async def read(self, tp: TopicPartition, limit_bytes: int, max_batches: int = 1000
+                   ) -> list[StoredBatch]:
+        """Batches from the start of the partition's log, oldest first, up to limit_bytes
+        (at least one batch when any exists)."""
+        try:
+            entries = await self._redis.xrange(_key(tp, "log"), "-", "+", count=max_batches)
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        out: list[StoredBatch] = []
+        size = 0
+        for entry_id, fields in entries or []:
+            batch = _stored_batch(entry_id, fields)
+            if out and size + len(batch.data) > limit_bytes:
+                break
+            out.append(batch)
+            size += len(batch.data)
+        return out
+
+    async def state(self, tp: TopicPartition) -> PartitionState:
+        try:
+            raw = await self._redis.hgetall(_key(tp, "meta"))
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        return _partition_state(raw)
+
+    async def states(self, tps: Sequence[TopicPartition]) -> list[PartitionState]:
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for tp in tps:
+                    pipe.hgetall(_key(tp, "meta"))
+                raws = await pipe.execute()
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        return [_partition_state(raw) for raw in raws]
+
+    async def trim_below(self, tp: TopicPartition, offset: int) -> tuple[int, int]:
+        """Drop whole batches below `offset` and advance the hardened mark to it.
+
+        Returns (records removed, bytes removed)."""
+        try:
+            removed = await self._trim(keys=[_key(tp, "log"), _key(tp, "meta")], args=[offset])
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        return int(removed[0]), int(removed[1])
+
+    async def acquire_lease(self, tp: TopicPartition, owner: str, ttl_ms: int) -> bool:
+        try:
+            return bool(await self._lease(keys=[_key(tp, "lease")], args=[owner, ttl_ms]))
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+
+    async def release_lease(self, tp: TopicPartition, owner: str) -> None:
+        try:
+            await self._release(keys=[_key(tp, "lease")], args=[owner])
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+
+
+def _stored_batch(entry_id: Any, fields: Any) -> StoredBatch:
+    return StoredBatch(
+        base_offset=int(entry_id.split(b"-", 1)[0]),
+        record_count=int(fields[b"n"]),
+        append_time_ms=int(fields[b"t"]),
+        reliability=Reliability(int(fields[b"l"])),
+        data=fields[b"d"],
+    )
+
+
+def _partition_state(raw: Mapping[Any, Any]) -> PartitionState:
+    return PartitionState(
+        next_offset=int(raw.get(b"next", 0)),
+        hardened_offset=int(raw.get(b"hardened", 0)),
+        buffered_bytes=int(raw.get(b"bytes", 0)),
+        buffered_records=int(raw.get(b"records", 0)),
+    )

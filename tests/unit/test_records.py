@@ -1,0 +1,271 @@
+"""Re-encoding client batches for the hardened store, and reading Kiln offsets back."""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import Any
+
+import crc32c
+import pytest
+from aiokafka.record._crecords import DefaultRecordBatchBuilder
+
+from proxy.protocol.batch import HEADER_SIZE, read_header, with_base_offset
+from proxy.protocol.errors import KafkaError
+from proxy.protocol.records import (
+    CODEC_GZIP,
+    CODEC_LZ4,
+    CODEC_NONE,
+    CODEC_SNAPPY,
+    CODEC_ZSTD,
+    KILN_OFFSET_HEADER,
+    DecodedRecord,
+    HardenedBatch,
+    build_hardened_batches,
+    decode_records,
+    kiln_offset_of,
+    last_kiln_offset,
+)
+
+CODECS = [CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD]
+PRODUCER = {"producer_id": 7001, "producer_epoch": 3}
+
+Record = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]
+
+
+def sample_records(n: int, start_ts: int = 1_700_000_000_000) -> list[Record]:
+    """Compressible records with every shape: keys and none, null values, headers."""
+    out: list[Record] = []
+    for i in range(n):
+        key = None if i % 3 == 0 else b"key-%d" % (i % 10)
+        value = None if i % 7 == 6 else b"value %06d " % i + b"x" * 80
+        headers: list[tuple[str, bytes | None]] = []
+        if i % 2:
+            headers = [("trace", b"t-%d" % i), ("empty", None)]
+        out.append((start_ts + i * 5, key, value, headers))
+    return out
+
+
+def client_batch(records: list[Record], codec: int = CODEC_NONE) -> bytes:
+    """A batch as a producer (aiokafka's builder) would send it."""
+    builder: Any = DefaultRecordBatchBuilder(2, codec, 0, -1, -1, -1, 1 << 30)
+    for i, (ts, key, value, headers) in enumerate(records):
+        builder.append(i, ts, key, value, headers)
+    return bytes(builder.build())
+
+
+def kiln_header(offset: int) -> tuple[str, bytes]:
+    return (KILN_OFFSET_HEADER, struct.pack(">q", offset))
+
+
+def crc_ok(data: bytes) -> bool:
+    return crc32c.crc32c(data[21:]) == read_header(data).crc
+
+
+def build(sources: list[tuple[int, bytes]], skip_below: int = 0, *, base_sequence: int = 0,
+          max_batch_bytes: int = 1_000_000) -> list[HardenedBatch]:
+    return build_hardened_batches(sources, skip_below, base_sequence=base_sequence,
+                                  max_batch_bytes=max_batch_bytes, **PRODUCER)
+
+
+def all_records(batches: list[HardenedBatch]) -> list[DecodedRecord]:
+    return [r for b in batches for r in decode_records(b.data)]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_round_trip_keeps_every_record_and_adds_its_kiln_offset(codec: int) -> None:
+    # Given a client batch of 50 records compressed with `codec`, stored at Kiln offset 1000
+    records = sample_records(50)
+    source = client_batch(records, codec)
+
+    # When it is re-encoded for hardening
+    [out] = build([(1000, source)])
+
+    # Then every record comes back intact, in order, with its Kiln offset as the last header
+    decoded = decode_records(out.data)
+    assert [(r.timestamp, r.key, r.value, list(r.headers)) for r in decoded] == [
+        (ts, key, value, [*headers, kiln_header(1000 + i)])
+        for i, (ts, key, value, headers) in enumerate(records)
+    ]
+    assert [r.offset for r in decoded] == list(range(50))
+    header = read_header(out.data)
+    assert header.compression == codec
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (7001, 3, 0)
+    assert (header.record_count, header.last_offset_delta) == (50, 49)
+    assert header.attributes & 0x08 == 0  # CreateTime
+    assert (header.base_timestamp, header.max_timestamp) == (records[0][0], records[-1][0])
+    assert header.size == len(out.data)
+    assert crc_ok(out.data)
+    assert (out.first_kiln_offset, out.last_kiln_offset, out.record_count) == (1000, 1049, 50)
+
+
+def test_skip_below_inside_a_batch_drops_only_the_earlier_records() -> None:
+    # Given two client batches at Kiln offsets 0..9 and 10..19
+    first, second = sample_records(10), sample_records(10, start_ts=2_000)
+    sources = [(0, client_batch(first, CODEC_LZ4)), (10, client_batch(second, CODEC_LZ4))]
+
+    # When hardening resumes at Kiln offset 4
+    [out] = build(sources, skip_below=4)
+
+    # Then records 4..19 are written, 4 first
+    decoded = decode_records(out.data)
+    assert [kiln_offset_of(r.headers) for r in decoded] == list(range(4, 20))
+    assert [r.value for r in decoded] == [v for _, _, v, _ in first[4:] + second]
+    assert (out.first_kiln_offset, out.last_kiln_offset, out.record_count) == (4, 19, 16)
+
+
+def test_skip_below_past_everything_builds_nothing() -> None:
+    # Given a batch at Kiln offsets 0..9
+    sources = [(0, client_batch(sample_records(10)))]
+
+    # When everything is already hardened
+    out = build(sources, skip_below=10)
+
+    # Then there is nothing to write
+    assert out == []
+
+
+def test_small_client_batches_are_merged_with_the_first_batch_codec() -> None:
+    # Given five 3-record client batches with different codecs
+    codecs = [CODEC_ZSTD, CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4]
+    batches = [sample_records(3, start_ts=1_000 * i) for i in range(5)]
+    sources = [(100 + 3 * i, client_batch(b, c)) for i, (b, c) in enumerate(zip(batches, codecs,
+                                                                                  strict=True))]
+
+    # When they are re-encoded together
+    out = build(sources)
+
+    # Then they become one batch, compressed like the first one
+    assert len(out) == 1
+    assert read_header(out[0].data).compression == CODEC_ZSTD
+    assert [kiln_offset_of(r.headers) for r in decode_records(out[0].data)] == list(range(100, 115))
+    assert [r.timestamp for r in decode_records(out[0].data)] == [
+        ts for b in batches for ts, _, _, _ in b
+    ]
+
+
+@pytest.mark.parametrize("codec", [CODEC_NONE, CODEC_ZSTD])
+def test_batches_are_split_to_fit_the_size_limit_with_consecutive_sequences(codec: int) -> None:
+    # Given 2000 records of ~100 bytes in two client batches
+    records = sample_records(2000)
+    sources = [(0, client_batch(records[:1000], codec)),
+               (1000, client_batch(records[1000:], codec))]
+
+    # When re-encoded with a 16 KB batch limit, starting at sequence 500
+    out = build(sources, base_sequence=500, max_batch_bytes=16_384)
+
+    # Then every batch fits, sequences follow on, and no record is lost or repeated
+    assert len(out) > 10
+    assert all(len(b.data) <= 16_384 and crc_ok(b.data) for b in out)
+    sequences = [read_header(b.data).base_sequence for b in out]
+    expected = [500]
+    for b in out[:-1]:
+        expected.append(expected[-1] + b.record_count)
+    assert sequences == expected
+    assert [kiln_offset_of(r.headers) for r in all_records(out)] == list(range(2000))
+    assert [(b.first_kiln_offset, b.last_kiln_offset) for b in out] == [
+        (b.first_kiln_offset, b.first_kiln_offset + b.record_count - 1) for b in out
+    ]
+    assert all(read_header(b.data).compression == codec for b in out)
+
+
+def test_sequences_wrap_at_2_pow_31() -> None:
+    # Given records that need several batches
+    sources = [(0, client_batch(sample_records(300)))]
+
+    # When the sequence starts just below the wrap
+    out = build(sources, base_sequence=2**31 - 100, max_batch_bytes=8_192)
+
+    # Then it wraps to 0 like Kafka's producer does
+    sequences = [read_header(b.data).base_sequence for b in out]
+    assert sequences[0] == 2**31 - 100
+    assert all(0 <= s < 2**31 for s in sequences)
+    running = 2**31 - 100
+    for b, s in zip(out, sequences, strict=True):
+        assert s == running
+        running = (running + b.record_count) % 2**31
+
+
+def test_a_record_larger_than_the_limit_gets_its_own_batch() -> None:
+    # Given a big record between two small ones
+    records: list[Record] = [(1, b"a", b"small", []), (2, b"b", b"B" * 5_000, []),
+                             (3, b"c", b"small", [])]
+
+    # When the limit is below the big record's size
+    out = build([(0, client_batch(records))], max_batch_bytes=1_000)
+
+    # Then each record gets a batch, and none is lost
+    assert [b.record_count for b in out] == [1, 1, 1]
+    assert [r.value for r in all_records(out)] == [b"small", b"B" * 5_000, b"small"]
+
+
+def test_incompressible_data_is_sent_uncompressed_but_valid() -> None:
+    # Given a gzip client batch holding one record of random bytes
+    records: list[Record] = [(1, None, os.urandom(5_000), [])]
+
+    # When re-encoded
+    [out] = build([(0, client_batch(records, CODEC_GZIP))])
+
+    # Then compression that does not pay is dropped, and the batch still reads back
+    assert read_header(out.data).compression == CODEC_NONE
+    assert crc_ok(out.data)
+    assert [r.value for r in decode_records(out.data)] == [v for _, _, v, _ in records]
+
+
+def test_kiln_offsets_follow_offset_deltas_whatever_base_offset_the_client_sent() -> None:
+    # Given a client batch whose base offset field is not 0
+    source = with_base_offset(client_batch(sample_records(5)), 12345)
+
+    # When re-encoded at Kiln offset 50
+    [out] = build([(50, source)])
+
+    # Then Kiln offsets count from the batch's first record
+    assert [kiln_offset_of(r.headers) for r in decode_records(out.data)] == [50, 51, 52, 53, 54]
+
+
+def test_a_client_kiln_offset_header_is_kept_but_kiln_s_own_wins() -> None:
+    # Given a record that already carries a kiln.offset header (copied from another topic)
+    records: list[Record] = [(1, None, b"v", [kiln_header(999_999)])]
+
+    # When re-encoded at Kiln offset 3
+    [out] = build([(3, client_batch(records))])
+
+    # Then both headers are there and the last one is read
+    [record] = decode_records(out.data)
+    assert list(record.headers) == [kiln_header(999_999), kiln_header(3)]
+    assert last_kiln_offset(out.data) == 3
+
+
+def test_a_corrupt_source_batch_is_refused() -> None:
+    # Given a client batch with one byte flipped inside its records
+    data = bytearray(client_batch(sample_records(5)))
+    data[HEADER_SIZE + 10] ^= 0xFF
+
+    # When it is re-encoded, Then the CRC check refuses it
+    with pytest.raises(KafkaError, match="CRC"):
+        build([(0, bytes(data))])
+
+
+def test_last_kiln_offset_reads_a_fetched_record_set() -> None:
+    # Given two hardened batches as a broker returns them: concatenated, with absolute base
+    # offsets, and the second one cut short by the fetch size
+    a, b = build([(0, client_batch(sample_records(300)))], max_batch_bytes=16_384)[:2]
+    fetched = with_base_offset(a.data, 40) + with_base_offset(b.data, 40 + a.record_count)
+
+    # When the last Kiln offset is read
+    whole = last_kiln_offset(fetched)
+    truncated = last_kiln_offset(fetched[:-10])
+
+    # Then it is the last record's, ignoring the incomplete batch
+    assert whole == b.last_kiln_offset
+    assert truncated == a.last_kiln_offset
+    assert decode_records(fetched)[0].offset == 40
+
+
+def test_last_kiln_offset_is_none_without_kiln_headers() -> None:
+    # Given a batch written by an ordinary producer
+    plain = client_batch(sample_records(10))
+
+    # When read, Then no Kiln offset is found
+    assert last_kiln_offset(plain) is None
+    assert last_kiln_offset(b"") is None

@@ -1,0 +1,50 @@
+"""Settings precedence and the messages for bad values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cli.settings import SettingsError, load_settings
+
+
+def test_flags_beat_environment_beat_file(tmp_path: Path) -> None:
+    config = tmp_path / "kiln.toml"
+    config.write_text('listen = "127.0.0.1:1000"\nharden_delay_ms = 5\nredis_url = "redis://r:1/0"\n')
+
+    settings = load_settings(config, overrides={"listen": "127.0.0.1:3000"},
+                             environ={"KILN_LISTEN": "127.0.0.1:2000", "KILN_HARDEN_DELAY_MS": "7"})
+
+    assert settings.listen == "127.0.0.1:3000"
+    assert settings.harden_delay_ms == 7
+    assert settings.redis_url == "redis://r:1/0"
+
+
+def test_unknown_key_is_named(tmp_path: Path) -> None:
+    config = tmp_path / "kiln.toml"
+    config.write_text("harden_delay = 5\n")
+
+    with pytest.raises(SettingsError, match="unknown key 'harden_delay'"):
+        load_settings(config, environ={})
+
+
+def test_wrong_type_names_key_and_source() -> None:
+    with pytest.raises(SettingsError, match=r"harden_delay_ms .*KILN_HARDEN_DELAY_MS"):
+        load_settings(environ={"KILN_HARDEN_DELAY_MS": "soon"})
+
+
+def test_bad_listen_address() -> None:
+    with pytest.raises(SettingsError, match="listen: expected HOST:PORT"):
+        load_settings(overrides={"listen": "localhost"}, environ={})
+
+
+def test_advertise_defaults_to_loopback_for_wildcard_listen() -> None:
+    settings = load_settings(overrides={"listen": "0.0.0.0:9092"}, environ={})
+
+    assert settings.advertised_address == ("127.0.0.1", 9092)
+
+
+def test_negative_delay_rejected() -> None:
+    with pytest.raises(SettingsError, match="harden_delay_ms: must be >= 0"):
+        load_settings(overrides={"harden_delay_ms": -1}, environ={})
