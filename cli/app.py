@@ -7,8 +7,6 @@ import dataclasses
 import logging
 import uuid
 
-from storage.kafka.client import KafkaClient
-
 from cli.settings import Settings
 from proxy.server.context import KilnContext, ServerSettings
 from proxy.server.listener import Listener
@@ -16,6 +14,7 @@ from storage.acks import HardenedWaiters
 from storage.budget import BufferBudget
 from storage.catalog import Catalog, CatalogSettings
 from storage.hardener import Hardener, HardenerSettings
+from storage.kafka.client import KafkaClient
 from storage.log_queue import LogQueue
 from storage.policy.delay import FixedDelay
 from storage.topics import TopicRegistry
@@ -30,6 +29,7 @@ class KilnApp:
         self.kafka = KafkaClient(settings.kafka_bootstrap, client_id=f"kiln-{settings.node_id}")
         self.catalog = Catalog(
             TopicRegistry(self.queue.redis),
+            self.queue,
             self.kafka,
             CatalogSettings(auto_create_topics=settings.auto_create_topics,
                             default_partitions=settings.default_partitions),

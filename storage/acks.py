@@ -14,6 +14,7 @@ from collections import defaultdict
 from storage.errors import BufferUnavailable
 from storage.log_queue import LogQueue
 from storage.model import TopicPartition
+from storage.tasks import stop_task
 
 log = logging.getLogger(__name__)
 
@@ -80,5 +81,4 @@ class HardenedWaiters:
 
     async def close(self) -> None:
         if self._poller is not None:
-            self._poller.cancel()
-            await asyncio.gather(self._poller, return_exceptions=True)
+            await stop_task(self._poller)

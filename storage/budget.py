@@ -14,6 +14,7 @@ from storage.catalog import Catalog
 from storage.errors import BufferFull, StorageError
 from storage.log_queue import LogQueue
 from storage.model import TopicPartition
+from storage.tasks import stop_task
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +49,15 @@ class BufferBudget:
         self.buffered_bytes = 0
         self.buffered_records = 0
         self._task: asyncio.Task[None] | None = None
+        self._stopped = False
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._refresh_loop(), name="kiln-budget")
 
     async def stop(self) -> None:
+        self._stopped = True
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await stop_task(self._task)
 
     def admit(self, incoming_bytes: int) -> int:
         """Throttle time (ms) for a produce of `incoming_bytes`; raises BufferFull."""
@@ -73,7 +75,7 @@ class BufferBudget:
         self.buffered_records = sum(s.buffered_records for s in states)
 
     async def _refresh_loop(self) -> None:
-        while True:
+        while not self._stopped:
             try:
                 await self.refresh()
             except StorageError as exc:

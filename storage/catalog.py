@@ -10,22 +10,16 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Protocol
 
 from proxy.protocol.errors import ErrorCode, KafkaError
-from storage.errors import HardenedStoreRejected, HardenedStoreUnavailable
+from storage.errors import HardenedStoreUnavailable
+from storage.hardened_store import resume_offset
+from storage.kafka.client import KafkaClient
+from storage.log_queue import LogQueue
+from storage.model import TopicPartition
 from storage.topics import TopicConfig, TopicRegistry, new_topic, validate_topic_name
 
 log = logging.getLogger(__name__)
-
-
-class TopicAdmin(Protocol):
-    """What the catalog needs of the hardened store (storage.kafka.client.KafkaClient)."""
-
-    async def list_topics(self) -> dict[str, int]: ...
-
-    async def create_topic(self, name: str, partitions: int, replication_factor: int = -1,
-                           configs: dict[str, str] | None = None) -> object: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,10 +31,11 @@ class CatalogSettings:
 
 
 class Catalog:
-    def __init__(self, registry: TopicRegistry, admin: TopicAdmin,
+    def __init__(self, registry: TopicRegistry, queue: LogQueue, kafka: KafkaClient,
                  settings: CatalogSettings) -> None:
         self._registry = registry
-        self._admin = admin
+        self._queue = queue
+        self._kafka = kafka
         self._settings = settings
         self._kafka_topics: dict[str, int] = {}
         self._kafka_listed_at = float("-inf")
@@ -56,7 +51,7 @@ class Catalog:
             return found
         kafka = await self._kafka_listing(refresh=True)
         if name in kafka:
-            return await self._registry.create(new_topic(name, kafka[name]))
+            return await self._adopt(name, kafka[name])
         if not (allow_create and self._settings.auto_create_topics):
             return None
         validate_topic_name(name)
@@ -67,8 +62,17 @@ class Catalog:
         topics = await self._registry.all()
         for name, partitions in (await self._kafka_listing(refresh=False)).items():
             if name not in topics:
-                topics[name] = await self._registry.create(new_topic(name, partitions))
+                topics[name] = await self._adopt(name, partitions)
         return topics
+
+    async def _adopt(self, name: str, partitions: int) -> TopicConfig:
+        """Register a topic that Kafka has and Kiln does not (new to Kiln, or Redis lost its
+        data): each partition's Kiln offsets continue after the last one Kafka holds."""
+        for partition in range(partitions):
+            resume = await resume_offset(self._kafka, name, partition)
+            await self._queue.initialize(TopicPartition(name, partition), resume or 0)
+        log.info("adopted Kafka topic %s (%d partitions)", name, partitions)
+        return await self._registry.create(new_topic(name, partitions))
 
     async def create(self, name: str, partitions: int, *, require_kafka: bool,
                      validate_only: bool = False) -> TopicConfig:
@@ -94,11 +98,7 @@ class Catalog:
         existing = (await self._kafka_listing(refresh=False)).get(name)
         if existing is not None:
             return existing
-        try:
-            await self._admin.create_topic(name, partitions)
-        except HardenedStoreRejected as exc:
-            if exc.error_code is not ErrorCode.TOPIC_ALREADY_EXISTS:
-                raise
+        await self._kafka.create_topic(name, partitions)  # False when it already exists
         kafka = await self._kafka_listing(refresh=True)
         return kafka.get(name, partitions)
 
@@ -106,7 +106,7 @@ class Catalog:
         now = time.monotonic()
         if refresh or now - self._kafka_listed_at > self._settings.kafka_listing_ttl_s:
             try:
-                self._kafka_topics = await self._admin.list_topics()
+                self._kafka_topics = await self._kafka.list_topics()
                 self._kafka_listed_at = now
             except HardenedStoreUnavailable as exc:
                 log.debug("cannot list Kafka topics: %s", exc)

@@ -142,7 +142,7 @@ class HardenedPartitionWriter:
         )
         self._producer_id, self._producer_epoch, self._sequence = pid, epoch, 0
         try:
-            resume = await self._read_tail()
+            resume = await resume_offset(self._client, self.topic, self.partition)
         except StorageError:
             raise
         except KafkaError as exc:
@@ -242,58 +242,62 @@ class HardenedPartitionWriter:
                                      return_exceptions=True)
         return progress
 
-    async def _read_tail(self) -> int | None:
-        """The Kiln offset after the last Kiln record in the partition, looking further back
-        (in growing windows) past any records that carry none."""
-        end = await self._client.high_watermark(self.topic, self.partition)
-        span = 1
-        while end > 0:
-            start = max(0, end - span)
-            found, log_start = await self._last_kiln_offset_in(start, end)
-            if found is not None:
-                return found + 1
-            if start <= log_start:
-                return None
-            end = start
-            span *= _TAIL_WINDOW_GROWTH
-        return None
 
-    async def _last_kiln_offset_in(self, start: int, end: int) -> tuple[int | None, int]:
-        """(largest Kiln offset in the batches covering [start, end), log start offset)."""
-        best: int | None = None
-        log_start = 0
-        position = start
-        max_bytes = _TAIL_FETCH_BYTES
-        while position < end:
-            result = await self._client.fetch(self.topic, self.partition, position, max_bytes)
-            if result.log_start_offset >= 0:
-                log_start = result.log_start_offset
-            if result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
-                # Retention removed the start of the window; read on from what is left.
-                log_start = await self._client.list_offset(self.topic, self.partition, EARLIEST)
-                if position >= log_start:
-                    raise HardenedStoreUnavailable(
-                        f"{self.topic}[{self.partition}]: offset {position} out of range"
-                    )
-                position = log_start
-                continue
-            after = record_set_end(result.records)
-            if after is None:
-                if result.records and max_bytes < _MAX_TAIL_FETCH_BYTES:
-                    max_bytes *= 4  # one batch larger than the fetch size
-                    continue
-                if position < result.high_watermark:
-                    raise HardenedStoreUnavailable(
-                        f"{self.topic}[{self.partition}]: no records at {position} below the "
-                        f"high watermark {result.high_watermark}"
-                    )
-                break
-            if after <= position:
+async def resume_offset(client: KafkaClient, topic: str, partition: int) -> int | None:
+    """The Kiln offset after the last Kiln record in a Kafka partition (None if it holds
+    none), looking further back (in growing windows) past any records that carry none.
+    Read-only: it fences nobody."""
+    end = await client.high_watermark(topic, partition)
+    span = 1
+    while end > 0:
+        start = max(0, end - span)
+        found, log_start = await _last_kiln_offset_in(client, topic, partition, start, end)
+        if found is not None:
+            return found + 1
+        if start <= log_start:
+            return None
+        end = start
+        span *= _TAIL_WINDOW_GROWTH
+    return None
+
+
+async def _last_kiln_offset_in(client: KafkaClient, topic: str, partition: int, start: int,
+                               end: int) -> tuple[int | None, int]:
+    """(largest Kiln offset in the batches covering [start, end), log start offset)."""
+    best: int | None = None
+    log_start = 0
+    position = start
+    max_bytes = _TAIL_FETCH_BYTES
+    while position < end:
+        result = await client.fetch(topic, partition, position, max_bytes)
+        if result.log_start_offset >= 0:
+            log_start = result.log_start_offset
+        if result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            # Retention removed the start of the window; read on from what is left.
+            log_start = await client.list_offset(topic, partition, EARLIEST)
+            if position >= log_start:
                 raise HardenedStoreUnavailable(
-                    f"{self.topic}[{self.partition}]: fetch at {position} went nowhere"
+                    f"{topic}[{partition}]: offset {position} out of range"
                 )
-            found = last_kiln_offset(result.records)
-            if found is not None and (best is None or found > best):
-                best = found
-            position = after
-        return best, log_start
+            position = log_start
+            continue
+        after = record_set_end(result.records)
+        if after is None:
+            if result.records and max_bytes < _MAX_TAIL_FETCH_BYTES:
+                max_bytes *= 4  # one batch larger than the fetch size
+                continue
+            if position < result.high_watermark:
+                raise HardenedStoreUnavailable(
+                    f"{topic}[{partition}]: no records at {position} below the "
+                    f"high watermark {result.high_watermark}"
+                )
+            break
+        if after <= position:
+            raise HardenedStoreUnavailable(
+                f"{topic}[{partition}]: fetch at {position} went nowhere"
+            )
+        found = last_kiln_offset(result.records)
+        if found is not None and (best is None or found > best):
+            best = found
+        position = after
+    return best, log_start

@@ -30,6 +30,7 @@ from storage.log_queue import LogQueue
 from storage.model import TopicPartition
 from storage.policy.delay import FixedDelay, due_prefix
 from storage.policy.reliability import should_harden
+from storage.tasks import stop_task
 from storage.topics import HardenPolicy
 
 log = logging.getLogger(__name__)
@@ -83,9 +84,7 @@ class Hardener:
     async def stop(self) -> None:
         self._stopping.set()
         tasks = [t for t in [self._supervisor, *self._tasks.values()] if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(stop_task(t) for t in tasks))
         for tp in list(self._tasks):
             with contextlib.suppress(BufferUnavailable):
                 await self._queue.release_lease(tp, self._settings.owner)

@@ -131,6 +131,16 @@ end
 return 0
 """
 
+# A partition whose state is new to Redis starts its offsets where Kafka's Kiln records end,
+# so Kiln offsets never repeat after Redis lost its data.
+_INITIALIZE = """
+if redis.call('HSETNX', KEYS[1], 'next', ARGV[1]) == 1 then
+  redis.call('HSET', KEYS[1], 'hardened', ARGV[1])
+  return 1
+end
+return 0
+"""
+
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -175,6 +185,7 @@ class LogQueue:
         self._trim = redis.register_script(_TRIM_BELOW)
         self._lease = redis.register_script(_LEASE)
         self._release = redis.register_script(_RELEASE)
+        self._initialize = redis.register_script(_INITIALIZE)
 
     @classmethod
     def from_url(cls, url: str) -> LogQueue:
@@ -257,6 +268,13 @@ class LogQueue:
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
         return int(removed[0]), int(removed[1])
+
+    async def initialize(self, tp: TopicPartition, next_offset: int) -> bool:
+        """Start a partition's offsets at `next_offset` unless Redis already knows it."""
+        try:
+            return bool(await self._initialize(keys=[_key(tp, "meta")], args=[next_offset]))
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
 
     async def acquire_lease(self, tp: TopicPartition, owner: str, ttl_ms: int) -> bool:
         try:

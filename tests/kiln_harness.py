@@ -42,11 +42,20 @@ class RunningKiln:
 
     def stop(self) -> None:
         try:
-            self.call(self.app.close())
+            self.call(self.app.close(), timeout=30)
+        except TimeoutError:
+            self.call(_print_stuck_tasks(), timeout=5)
+            raise
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
             self._loop.close()
+
+
+async def _print_stuck_tasks() -> None:
+    for task in asyncio.all_tasks():
+        if task is not asyncio.current_task():
+            print("stuck:", task.get_name(), task.get_stack(limit=4))
 
 
 def start_kiln(redis_url: str, kafka_bootstrap: str, **overrides: Any) -> RunningKiln:

@@ -1,8 +1,9 @@
 """One client connection: frames in, responses out in request order.
 
-Requests are processed concurrently (a produce waiting for hardening must not hold up the
-next request), but Kafka clients match responses by order, so they are written strictly in
-the order the requests arrived.
+Requests are processed one at a time in arrival order (as Kafka does: appends keep the
+producer's order), but a response that must wait (an assured produce waiting for hardening)
+is deferred so the next request goes ahead; responses are still written strictly in request
+order, which is how Kafka clients match them.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class Connection:
                 log.warning("closing %s: malformed request (correlation_id=%s): %s",
                             self._peer, exc.correlation_id, exc)
                 return
-            await self._pending.put(asyncio.ensure_future(dispatch(self._ctx, request)))
+            await self._pending.put(await dispatch(self._ctx, request))
 
     async def _answer_unsupported(self, exc: UnsupportedRequest) -> bool:
         """ApiVersions at an unknown version is answered (v0, error 35, our ranges) so the

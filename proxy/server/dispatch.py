@@ -3,6 +3,7 @@ exception into UNKNOWN_SERVER_ERROR (logged once, with its traceback)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -10,10 +11,11 @@ from proxy.protocol.apis import ApiKey, Message, Request, encode_response, error
 from proxy.protocol.errors import ErrorCode, KafkaError
 from proxy.server.context import KilnContext
 from proxy.server.handlers import api_versions, create_topics, init_producer_id, metadata, produce
+from proxy.server.reply import Deferred
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[KilnContext, Request], Awaitable[Message | None]]
+Handler = Callable[[KilnContext, Request], Awaitable[Message | Deferred | None]]
 ErrorBuilder = Callable[[Request, ErrorCode], Message]
 
 HANDLERS: dict[int, tuple[Handler, ErrorBuilder | None]] = {
@@ -37,16 +39,34 @@ def failure_response(request: Request, code: ErrorCode) -> Message:
     return error_response(request.spec, request.header.request_api_version, code)
 
 
-async def dispatch(ctx: KilnContext, request: Request) -> bytes | None:
-    """The response frame for `request`, or None when none is to be sent (acks=0)."""
-    handler, _ = HANDLERS[request.spec.api_key]
+async def dispatch(ctx: KilnContext, request: Request) -> asyncio.Future[bytes | None]:
+    """Process `request` now; the returned future holds its response frame (None when none
+    is to be sent). It is already done unless the handler deferred its answer."""
     ctx.counters.requests_by_api[request.spec.api_key.name] += 1
     log.debug("request %s v%d correlation_id=%d client_id=%s", request.spec.api_key.name,
               request.header.request_api_version, request.header.correlation_id,
               request.header.client_id)
+    handler, _ = HANDLERS[request.spec.api_key]
+    outcome = await _answer(request, handler(ctx, request))
+    if isinstance(outcome, Deferred):
+        return asyncio.ensure_future(_deferred(request, outcome))
+    done: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+    done.set_result(outcome)
+    return done
+
+
+async def _deferred(request: Request, deferred: Deferred) -> bytes | None:
+    outcome = await _answer(request, deferred.answer)
+    assert not isinstance(outcome, Deferred), "a deferred answer cannot defer again"
+    return outcome
+
+
+async def _answer(request: Request, work: Awaitable[object]) -> bytes | Deferred | None:
     try:
-        body = await handler(ctx, request)
-        return None if body is None else encode_response(request, body)
+        body = await work
+        if body is None or isinstance(body, Deferred):
+            return body
+        return encode_response(request, body)
     except KafkaError as exc:
         if not expects_response(request):
             return None

@@ -11,6 +11,7 @@ from proxy.protocol.apis import CLIENT_APIS, ApiKey, Message, Request
 from proxy.protocol.batch import split_batches
 from proxy.protocol.errors import ErrorCode, KafkaError
 from proxy.server.context import KilnContext
+from proxy.server.reply import Deferred
 from storage.log_queue import AppendRequest
 from storage.model import TopicPartition
 from storage.policy.reliability import AckPoint, ack_point, requested_level
@@ -81,7 +82,7 @@ async def _plan(ctx: KilnContext, request: Request, outcomes: dict[TopicPartitio
     return appends, points, total
 
 
-async def handle(ctx: KilnContext, request: Request) -> Message | None:
+async def handle(ctx: KilnContext, request: Request) -> Message | Deferred | None:
     body = request.body
     if body.acks not in (0, 1, -1):
         raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={body.acks}")
@@ -107,7 +108,15 @@ async def handle(ctx: KilnContext, request: Request) -> Message | None:
     ctx.counters.bytes_in += total_bytes
     if body.acks == 0:
         return None
-    await _wait_for_guarantees(ctx, outcomes, body.timeout_ms)
+    if any(o.wait_for is not None for o in outcomes.values()):
+        return Deferred(_answer_when_guaranteed(ctx, request, outcomes, throttle_ms))
+    return _response(request, outcomes, throttle_ms)
+
+
+async def _answer_when_guaranteed(ctx: KilnContext, request: Request,
+                                  outcomes: dict[TopicPartition, _Outcome],
+                                  throttle_ms: int) -> Message:
+    await _wait_for_guarantees(ctx, outcomes, request.body.timeout_ms)
     return _response(request, outcomes, throttle_ms)
 
 

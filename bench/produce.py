@@ -1,0 +1,764 @@
+"""Producing through Kiln versus producing straight to the broker, side by side, in one run.
+
+Every measurement gets fresh local services (Redis, a tansu broker, and, for Kiln, a
+separate `kiln serve` process started by `bench.kiln_server`) and a fresh topic with one
+partition, created beforehand through the endpoint under test. The producer is
+confluent-kafka (librdkafka) with identical settings for Kiln and for the broker.
+
+1. ingest     N records of 100 B and of 1 KB with acks=1, as fast as one producer goes;
+              Kiln and direct runs alternate (Kiln, direct, Kiln, direct, ...), `--repeats`
+              times each; median, min and max records/s and MB/s (of values), Kiln/direct.
+              The Kiln runs use a long harden delay, so hardening does not compete; each
+              Kiln run ends with SIGTERM (Kiln hardens everything, then exits), after which
+              the broker's high watermark must equal N.
+2. latency    single-message produce latency (delivery report time minus produce() time,
+              librdkafka's `msg.latency()`, linger.ms=0) at a fixed paced rate, for Kiln
+              acks=1, direct acks=1 and direct acks=all: p50/p99/p99.9/max.
+3. end_to_end M records through Kiln with a short harden delay; time from the first produce
+              until the broker's high watermark (read from a Fetch response) reaches M.
+4. memory     peak RSS (VmHWM) of the Kiln process and Redis used_memory_peak per Kiln run.
+
+Prints one JSON document on stdout, then a human-readable table on stderr (`--json`: JSON
+only). The producer, Kiln, Redis and the broker all share this machine's cores.
+
+    python -m bench.produce            # full run, a few minutes
+    python -m bench.produce --quick    # smaller counts, one repeat
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import platform
+import resource
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+import redis
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.consumer import FetchRequest, FetchResponse
+
+from cli.local_services import LocalRedis, LocalTansu, free_port
+
+REPO = Path(__file__).resolve().parent.parent
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+# Identical for Kiln and the broker. delivery.report.only.error keeps the Python side out of
+# the per-message path (errors are still counted); the bounded queue gives back-pressure.
+INGEST_PRODUCER = {
+    "linger.ms": 10,
+    "batch.size": 1_000_000,
+    "batch.num.messages": 100_000,
+    "compression.type": "none",
+    "queue.buffering.max.messages": 200_000,
+    "queue.buffering.max.kbytes": 262_144,
+    "enable.idempotence": False,
+    "delivery.report.only.error": True,
+    "log_level": 3,
+}
+# Latency: no lingering, a delivery report for every message.
+LATENCY_PRODUCER = {
+    "linger.ms": 0,
+    "batch.size": 1_000_000,
+    "batch.num.messages": 100_000,
+    "compression.type": "none",
+    "queue.buffering.max.messages": 1_000_000,
+    "enable.idempotence": False,
+    "log_level": 3,
+}
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+# --- processes ------------------------------------------------------------------------------
+
+def proc_cpu_s(pid: int | None) -> float:
+    """user + system CPU seconds of a process (0 when gone)."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def proc_status_kb(pid: int | None, key: str) -> int:
+    if pid is None:
+        return 0
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def self_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class KilnProcess:
+    """`kiln serve` as a child process in its own session, logging to a file."""
+
+    def __init__(self, redis_url: str, kafka_bootstrap: str, delay_ms: int, *, patch: bool,
+                 workdir: Path) -> None:
+        self.port = free_port()
+        self.log_path = workdir / f"kiln-{self.port}.log"
+        cmd = [sys.executable, "-m", "bench.kiln_server", "serve",
+               "--listen", f"127.0.0.1:{self.port}", "--redis-url", redis_url,
+               "--kafka-bootstrap", kafka_bootstrap, "--harden-delay-ms", str(delay_ms)]
+        if not patch:
+            cmd.append("--no-patch")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
+        self._log = self.log_path.open("wb")
+        self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+            cwd=REPO, env=env, start_new_session=True)
+        self.peak_rss_kb = 0
+        self.patched = False
+        self._wait_ready(30.0)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            text = self.log_text()
+            if "Kiln ready" in text:
+                self.patched = "ApiVersions patched" in text
+                return
+            if self.proc is not None and self.proc.poll() is not None:
+                raise BenchError(f"kiln exited with {self.proc.returncode} before it was ready:"
+                                 f"\n{text[-3000:]}")
+            time.sleep(0.02)
+        raise BenchError(f"kiln not ready within {timeout_s}s:\n{self.log_text()[-3000:]}")
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def problems(self) -> list[str]:
+        """Log lines at WARNING or above, and first lines of tracebacks/errors."""
+        out = []
+        for line in self.log_text().splitlines():
+            if (" WARNING " in line or " ERROR " in line or " CRITICAL " in line
+                    or line.startswith(("Error:", "Traceback"))):
+                out.append(line.strip()[:300])
+        return out
+
+    def sample_rss(self) -> int:
+        self.peak_rss_kb = max(self.peak_rss_kb, proc_status_kb(self.pid, "VmHWM"))
+        return self.peak_rss_kb
+
+    def stop(self, timeout_s: float = 90.0) -> tuple[int | None, float]:
+        """SIGTERM (Kiln hardens what is buffered, then exits), wait, SIGKILL after timeout.
+        Returns (exit code, seconds it took); samples peak RSS while waiting."""
+        proc = self.proc
+        if proc is None:
+            return None, 0.0
+        started = time.perf_counter()
+        if proc.poll() is None:
+            self.sample_rss()
+            proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + timeout_s
+            while proc.poll() is None and time.monotonic() < deadline:
+                self.sample_rss()
+                time.sleep(0.05)
+            if proc.poll() is None:
+                proc.kill()
+        code = proc.wait()
+        self.proc = None
+        self._log.close()
+        return code, time.perf_counter() - started
+
+
+@dataclass
+class Stack:
+    """Fresh Redis + broker (+ Kiln) for one measurement; `close()` stops them by PID."""
+
+    workdir: Path
+    patch: bool
+    redis: LocalRedis | None = None
+    broker: LocalTansu | None = None
+    kiln: KilnProcess | None = None
+    kiln_exit: tuple[int | None, float] | None = None
+    kiln_problems: list[str] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, workdir: Path, *, kiln_delay_ms: int | None, patch: bool) -> Stack:
+        stack = cls(workdir, patch)
+        try:
+            stack.broker = LocalTansu().start()
+            if kiln_delay_ms is not None:
+                stack.redis = LocalRedis().start()
+                stack.kiln = KilnProcess(stack.redis.url, stack.broker.bootstrap, kiln_delay_ms,
+                                         patch=patch, workdir=workdir)
+        except BaseException:
+            stack.close()
+            raise
+        return stack
+
+    @property
+    def endpoint(self) -> str:
+        if self.kiln is not None:
+            return self.kiln.bootstrap
+        assert self.broker is not None
+        return self.broker.bootstrap
+
+    def stop_kiln(self) -> tuple[int | None, float]:
+        if self.kiln is not None and self.kiln_exit is None:
+            self.kiln_exit = self.kiln.stop()
+            self.kiln_problems = self.kiln.problems()
+        return self.kiln_exit or (None, 0.0)
+
+    def close(self) -> None:
+        try:
+            self.stop_kiln()
+        finally:
+            for service in (self.broker, self.redis):
+                if service is not None:
+                    service.stop()
+
+
+# --- Kafka helpers --------------------------------------------------------------------------
+
+def create_topic(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    for future in admin.create_topics([NewTopic(topic, 1, 1)], operation_timeout=10).values():
+        future.result(timeout=15)
+
+
+def fetch_high_watermark(bootstrap: str, topic: str, partition: int = 0,
+                         offset: int = 0, version: int = 11) -> int:
+    """The partition's high watermark as a Fetch response reports it (tansu 0.6 answers
+    ListOffsets LATEST wrongly). Fetching at `offset` ≤ the watermark keeps the answer small
+    when `offset` is close to it."""
+    host, _, port = bootstrap.rpartition(":")
+    part = FetchRequest.FetchTopic.FetchPartition(
+        partition=partition, current_leader_epoch=-1, fetch_offset=offset,
+        last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1)
+    request = FetchRequest[version](
+        replica_id=-1, max_wait_ms=1, min_bytes=1, max_bytes=1, isolation_level=0,
+        session_id=0, session_epoch=-1,
+        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[part])],
+        forgotten_topics_data=[], rack_id="")
+    request.with_header(correlation_id=1, client_id="kiln-bench")
+    data = bytes(request.encode(version=version, header=True))
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(struct.pack(">i", len(data)) + data)
+
+        def read(n: int) -> bytes:
+            buf = bytearray()
+            while len(buf) < n:
+                chunk = sock.recv(min(n - len(buf), 1 << 20))
+                if not chunk:
+                    raise ConnectionError("broker closed the connection")
+                buf += chunk
+            return bytes(buf)
+
+        (size,) = struct.unpack(">i", read(4))
+        frame = read(size)
+    response = FetchResponse.decode(frame[4:], version=version)
+    answer = response.responses[0].partitions[0]
+    if answer.error_code not in (0, 1):  # 1: OFFSET_OUT_OF_RANGE still carries the mark
+        raise BenchError(f"fetch {topic}[{partition}]: error {answer.error_code}")
+    return int(answer.high_watermark)
+
+
+def confluent_watermark(bootstrap: str, topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}",
+                         "log_level": 3})
+    try:
+        return int(consumer.get_watermark_offsets(CkTopicPartition(topic, 0), timeout=10,
+                                                  cached=False)[1])
+    finally:
+        consumer.close()
+
+
+def produce_n(bootstrap: str, topic: str, count: int, value: bytes, acks: str
+              ) -> dict[str, Any]:
+    """Produce `count` copies of `value` as fast as possible; the clock runs from the first
+    produce() to the end of flush() (connection and metadata are set up before)."""
+    errors: list[Any] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, **INGEST_PRODUCER,
+                         "on_delivery": lambda err, _msg: errors.append(err)})
+    producer.list_topics(topic, timeout=10)
+    produce, poll = producer.produce, producer.poll
+    cpu0 = self_cpu_s()
+    started = time.perf_counter()
+    sent = 0
+    while sent < count:
+        try:
+            for _ in range(count - sent):
+                produce(topic, value)
+                sent += 1
+        except BufferError:
+            poll(0.0005)
+    left = producer.flush(120)
+    seconds = time.perf_counter() - started
+    cpu = self_cpu_s() - cpu0
+    if left:
+        errors.append(f"{left} messages not delivered within 120 s")
+    return {"seconds": seconds, "errors": len(errors),
+            "first_error": str(errors[0]) if errors else None, "client_cpu_s": cpu}
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[index]
+
+
+def paced_latency(bootstrap: str, topic: str, acks: str, rate: float, seconds: float,
+                  value: bytes) -> dict[str, Any]:
+    """Send at `rate` messages/s for `seconds` (in bursts of at most 1 ms worth), recording
+    each message's produce()-to-delivery-report latency."""
+    samples: list[float] = []
+    errors: list[Any] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is None:
+            samples.append(msg.latency())
+        else:
+            errors.append(err)
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, **LATENCY_PRODUCER,
+                         "on_delivery": on_delivery})
+    producer.list_topics(topic, timeout=10)
+    for _ in range(100):  # warm up: connection, first batches
+        producer.produce(topic, value)
+    producer.flush(10)
+    samples.clear()
+    produce, poll = producer.produce, producer.poll
+    started = time.perf_counter()
+    end = started + seconds
+    sent = 0
+    max_burst = max(1, int(rate / 1000))
+    while True:
+        now = time.perf_counter()
+        if now >= end:
+            break
+        due = min(int((now - started) * rate) - sent, 4 * max_burst)
+        for _ in range(due):
+            produce(topic, value)
+        sent += max(due, 0)
+        poll(0.0005 if due < max_burst else 0)
+    elapsed = time.perf_counter() - started
+    producer.flush(30)
+    lat = sorted(s * 1000 for s in samples)
+    return {
+        "acks": acks, "target_rate": round(rate), "achieved_rate": round(sent / elapsed),
+        "seconds": round(elapsed, 2), "samples": len(lat), "errors": len(errors),
+        "first_error": str(errors[0]) if errors else None,
+        "p50_ms": round(percentile(lat, 0.50), 3), "p99_ms": round(percentile(lat, 0.99), 3),
+        "p999_ms": round(percentile(lat, 0.999), 3), "max_ms": round(lat[-1], 3) if lat else None,
+        "mean_ms": round(statistics.fmean(lat), 3) if lat else None,
+    }
+
+
+# --- the measurements -----------------------------------------------------------------------
+
+def new_topic_name(kind: str) -> str:
+    return f"bench-{kind}-{uuid.uuid4().hex[:10]}"
+
+
+def redis_memory(url: str) -> dict[str, int]:
+    client = redis.Redis.from_url(url)
+    try:
+        info = client.info("memory")
+        return {"used_memory": int(info["used_memory"]),
+                "used_memory_peak": int(info["used_memory_peak"])}
+    finally:
+        client.close()
+
+
+def ingest_once(target: str, count: int, size: int, args: argparse.Namespace, workdir: Path,
+                check_watermarks: bool = False) -> dict[str, Any]:
+    value = bytes(size)
+    via_kiln = target == "kiln"
+    stack = Stack.start(workdir, kiln_delay_ms=args.ingest_delay_ms if via_kiln else None,
+                        patch=not args.no_patch)
+    try:
+        topic = new_topic_name(target)
+        create_topic(stack.endpoint, topic)
+        server_pid = stack.kiln.pid if stack.kiln else stack.broker.pid  # type: ignore[union-attr]
+        broker_pid = stack.broker.pid  # type: ignore[union-attr]
+        redis_pid = stack.redis.pid if stack.redis else None
+        cpu0 = {"server": proc_cpu_s(server_pid), "broker": proc_cpu_s(broker_pid),
+                "redis": proc_cpu_s(redis_pid)}
+        result = produce_n(stack.endpoint, topic, count, value, "1")
+        cpu = {k: proc_cpu_s(p) - cpu0[k] for k, p in
+               (("server", server_pid), ("broker", broker_pid), ("redis", redis_pid))}
+        seconds = result["seconds"]
+        run: dict[str, Any] = {
+            "target": target, "value_bytes": size, "records": count,
+            "seconds": round(seconds, 3),
+            "records_per_s": round(count / seconds),
+            "mb_per_s": round(count * size / seconds / 1e6, 2),
+            "delivery_errors": result["errors"], "first_error": result["first_error"],
+            "producer_cpu_s": round(result["client_cpu_s"], 2),
+            "broker_cpu_s": round(cpu["broker"], 2),
+        }
+        if via_kiln:
+            assert stack.kiln is not None and stack.redis is not None
+            run["kiln_api_versions_patched"] = stack.kiln.patched
+            run["kiln_cpu_s"] = round(cpu["server"], 2)
+            run["redis_cpu_s"] = round(cpu["redis"], 2)
+            run["kiln_cpu_us_per_record"] = round(cpu["server"] / count * 1e6, 2)
+            run["kiln_peak_rss_mb_ingest"] = round(stack.kiln.sample_rss() / 1024, 1)
+            memory = redis_memory(stack.redis.url)
+            run["redis_used_memory_mb"] = round(memory["used_memory"] / 2**20, 1)
+            run["redis_used_memory_peak_mb"] = round(memory["used_memory_peak"] / 2**20, 1)
+            # What the idle Kiln costs while the buffer is full and nothing is due yet.
+            k0, r0 = proc_cpu_s(stack.kiln.pid), proc_cpu_s(redis_pid)
+            time.sleep(args.idle_seconds)
+            run["kiln_idle_cpu_pct"] = round(
+                (proc_cpu_s(stack.kiln.pid) - k0) / args.idle_seconds * 100)
+            run["redis_idle_cpu_pct"] = round(
+                (proc_cpu_s(redis_pid) - r0) / args.idle_seconds * 100)
+            code, drain_s = stack.stop_kiln()
+            run["kiln_exit_code"] = code
+            run["kiln_drain_s"] = round(drain_s, 2)
+            run["kiln_peak_rss_mb"] = round(stack.kiln.peak_rss_kb / 1024, 1)
+            hardened = fetch_high_watermark(stack.broker.bootstrap, topic)  # type: ignore[union-attr]
+            run["hardened_after_drain"] = hardened
+            run["kiln_log_problems"] = stack.kiln_problems[:10]
+            run["ok"] = result["errors"] == 0 and code == 0 and hardened == count
+        else:
+            assert stack.broker is not None
+            high = fetch_high_watermark(stack.broker.bootstrap, topic)
+            run["broker_high_watermark"] = high
+            run["ok"] = result["errors"] == 0 and high == count
+            if check_watermarks:
+                run["watermark_check"] = {
+                    "expected": count, "fetch_high_watermark": high,
+                    "confluent_get_watermark_offsets_uncached": confluent_watermark(
+                        stack.broker.bootstrap, topic),
+                }
+        return run
+    finally:
+        stack.close()
+
+
+def summarize(runs: list[dict[str, Any]], key: str) -> dict[str, float]:
+    values = [r[key] for r in runs]
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def bench_ingest(args: argparse.Namespace, workdir: Path, log: Callable[[str], None]
+                 ) -> list[dict[str, Any]]:
+    out = []
+    first = True
+    for size, count in ((100, args.records), (1024, args.records_1k)):
+        runs: dict[str, list[dict[str, Any]]] = {"kiln": [], "direct": []}
+        for repeat in range(args.repeats):
+            for target in ("kiln", "direct"):
+                run = ingest_once(target, count, size, args, workdir,
+                                  check_watermarks=first and target == "direct")
+                if target == "direct":
+                    first = False
+                runs[target].append(run)
+                log(f"ingest {size:>5} B {target:6} #{repeat + 1}: {run['records_per_s']:>10,} "
+                    f"rec/s {run['mb_per_s']:>7.1f} MB/s{'' if run['ok'] else '  NOT OK'}")
+        kiln_rate = summarize(runs["kiln"], "records_per_s")
+        direct_rate = summarize(runs["direct"], "records_per_s")
+        out.append({
+            "value_bytes": size, "records": count, "repeats": args.repeats,
+            "kiln": {"records_per_s": kiln_rate, "mb_per_s": summarize(runs["kiln"], "mb_per_s"),
+                     "runs": runs["kiln"]},
+            "direct": {"records_per_s": direct_rate,
+                       "mb_per_s": summarize(runs["direct"], "mb_per_s"),
+                       "runs": runs["direct"]},
+            "ratio_kiln_to_direct": round(kiln_rate["median"] / direct_rate["median"], 2),
+            "all_ok": all(r["ok"] for r in runs["kiln"] + runs["direct"]),
+        })
+    return out
+
+
+def bench_latency(args: argparse.Namespace, workdir: Path, rate: float,
+                  log: Callable[[str], None]) -> list[dict[str, Any]]:
+    out = []
+    for name, via_kiln, acks in (("kiln_acks1", True, "1"), ("direct_acks1", False, "1"),
+                                 ("direct_acksall", False, "all")):
+        stack = Stack.start(workdir, kiln_delay_ms=args.ingest_delay_ms if via_kiln else None,
+                            patch=not args.no_patch)
+        try:
+            topic = new_topic_name(name.replace("_", "-"))
+            create_topic(stack.endpoint, topic)
+            result = paced_latency(stack.endpoint, topic, acks, rate, args.latency_seconds,
+                                   bytes(100))
+            result["name"] = name
+            if stack.kiln is not None:
+                stack.stop_kiln()
+                result["kiln_log_problems"] = stack.kiln_problems[:10]
+            out.append(result)
+            log(f"latency {name:15} @{result['achieved_rate']:>8,}/s: p50 {result['p50_ms']} "
+                f"p99 {result['p99_ms']} p99.9 {result['p999_ms']} ms")
+        finally:
+            stack.close()
+    return out
+
+
+def bench_end_to_end(args: argparse.Namespace, workdir: Path, log: Callable[[str], None]
+                     ) -> dict[str, Any]:
+    count = args.e2e_records
+    stack = Stack.start(workdir, kiln_delay_ms=args.e2e_delay_ms, patch=not args.no_patch)
+    try:
+        assert stack.kiln is not None and stack.broker is not None and stack.redis is not None
+        topic = new_topic_name("e2e")
+        create_topic(stack.endpoint, topic)
+        kiln_pid, redis_pid, broker_pid = stack.kiln.pid, stack.redis.pid, stack.broker.pid
+        cpu0 = (proc_cpu_s(kiln_pid), proc_cpu_s(redis_pid), proc_cpu_s(broker_pid))
+        started = time.perf_counter()
+        result = produce_n(stack.endpoint, topic, count, bytes(100), "1")
+        produced_s = time.perf_counter() - started
+        high = fetch_high_watermark(stack.broker.bootstrap, topic)
+        hardened_at_flush = high
+        deadline = time.perf_counter() + args.e2e_timeout
+        while high < count and time.perf_counter() < deadline:
+            stack.kiln.sample_rss()
+            time.sleep(0.01)
+            high = fetch_high_watermark(stack.broker.bootstrap, topic, offset=high)
+        done_s = time.perf_counter() - started
+        cpu = (proc_cpu_s(kiln_pid) - cpu0[0], proc_cpu_s(redis_pid) - cpu0[1],
+               proc_cpu_s(broker_pid) - cpu0[2])
+        memory = redis_memory(stack.redis.url)
+        stack.stop_kiln()
+        out = {
+            "records": count, "value_bytes": 100, "harden_delay_ms": args.e2e_delay_ms,
+            "produce_seconds": round(produced_s, 3),
+            "produce_records_per_s": round(count / produced_s),
+            "hardened_at_produce_end": hardened_at_flush,
+            "hardened": high,
+            "seconds_to_all_hardened": round(done_s, 3),
+            "end_to_end_records_per_s": round(count / done_s) if high >= count else None,
+            "delivery_errors": result["errors"],
+            "kiln_cpu_s": round(cpu[0], 2), "redis_cpu_s": round(cpu[1], 2),
+            "broker_cpu_s": round(cpu[2], 2),
+            "kiln_peak_rss_mb": round(stack.kiln.peak_rss_kb / 1024, 1),
+            "redis_used_memory_peak_mb": round(memory["used_memory_peak"] / 2**20, 1),
+            "kiln_log_problems": stack.kiln_problems[:10],
+            "ok": high == count and result["errors"] == 0,
+        }
+        log(f"end-to-end: {count:,} records hardened in {done_s:.2f} s "
+            f"({out['end_to_end_records_per_s'] or 0:,}/s; produce alone {produced_s:.2f} s)")
+        return out
+    finally:
+        stack.close()
+
+
+# --- output ---------------------------------------------------------------------------------
+
+def tool_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version(),
+                "confluent_kafka": confluent_kafka.version()[0],
+                "librdkafka": confluent_kafka.libversion()[0],
+                "redis_py": redis.__version__}
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        line = subprocess.run(["redis-server", "--version"], capture_output=True, text=True,
+                              timeout=10).stdout
+        versions["redis_server"] = line.split("v=")[1].split()[0] if "v=" in line else line
+    return versions
+
+
+def table(doc: dict[str, Any]) -> str:
+    lines = [f"{doc['machine']['note']}", ""]
+    lines.append(f"{'ingest (acks=1)':18} {'Kiln rec/s':>11} {'MB/s':>7} {'direct rec/s':>13} "
+                 f"{'MB/s':>7} {'Kiln/direct':>12}   Kiln min..max / direct min..max")
+    for row in doc["ingest"]:
+        k, d = row["kiln"], row["direct"]
+        lines.append(
+            f"{row['records']:>9,} x {row['value_bytes']:>4} B"
+            f" {k['records_per_s']['median']:>11,.0f}"
+            f" {k['mb_per_s']['median']:>7.1f} {d['records_per_s']['median']:>13,.0f}"
+            f" {d['mb_per_s']['median']:>7.1f} {row['ratio_kiln_to_direct']:>12.2f}   "
+            f"{k['records_per_s']['min']:,}..{k['records_per_s']['max']:,} / "
+            f"{d['records_per_s']['min']:,}..{d['records_per_s']['max']:,}"
+            f"{'' if row['all_ok'] else '   SOME RUNS NOT OK'}")
+    lines.append("")
+    for block in doc["latency"]:
+        lines.append(f"latency @ {block['target_rate']:,} msg/s target, 100 B, linger.ms=0")
+        lines.append(f"  {'':16} {'achieved/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9}"
+                     f" {'max ms':>8}")
+        for r in block["runs"]:
+            lines.append(f"  {r['name']:16} {r['achieved_rate']:>10,} {r['p50_ms']:>8.3f}"
+                         f" {r['p99_ms']:>8.3f} {r['p999_ms']:>9.3f} {r['max_ms'] or 0:>8.3f}")
+        t = block["target"]
+        lines.append(f"  Kiln acks=1 p99 {t['kiln_acks1_p99_ms']} ms vs direct acks=all p99 "
+                     f"{t['direct_acksall_p99_ms']} ms (ratio {t['ratio']})")
+    e = doc["end_to_end"]
+    lines.append("")
+    lines.append(f"end-to-end: {e['records']:,} x 100 B, delay {e['harden_delay_ms']} ms: all "
+                 f"hardened after {e['seconds_to_all_hardened']} s = "
+                 f"{e['end_to_end_records_per_s'] or 0:,} rec/s "
+                 f"({e['ratio_to_direct_ingest']} of direct ingest); produce alone "
+                 f"{e['produce_records_per_s']:,} rec/s")
+    m = doc["memory"]
+    lines.append(f"memory: Kiln peak RSS {m['kiln_peak_rss_mb_max']} MB, Redis used_memory_peak "
+                 f"{m['redis_used_memory_peak_mb_max']} MB (max over Kiln ingest runs)")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small counts, one repeat")
+    parser.add_argument("--json", action="store_true", help="print only the JSON document")
+    parser.add_argument("--output", type=Path, help="also write the JSON document here")
+    parser.add_argument("--records", type=int, help="100-byte records per ingest run")
+    parser.add_argument("--records-1k", type=int, help="1 KB records per ingest run")
+    parser.add_argument("--repeats", type=int, help="runs per ingest measurement")
+    parser.add_argument("--ingest-delay-ms", type=int, default=60_000,
+                        help="Kiln harden delay during ingest and latency runs")
+    parser.add_argument("--idle-seconds", type=float, default=1.0,
+                        help="after each Kiln ingest run, CPU is measured this long")
+    parser.add_argument("--latency-seconds", type=float)
+    parser.add_argument("--latency-rate", type=float,
+                        help="paced rate; default: half the median Kiln 100 B ingest rate")
+    parser.add_argument("--low-rate", type=float, default=2000,
+                        help="a second, low paced rate (0: skip)")
+    parser.add_argument("--e2e-records", type=int)
+    parser.add_argument("--e2e-delay-ms", type=int, default=500)
+    parser.add_argument("--e2e-timeout", type=float, default=120.0)
+    parser.add_argument("--no-patch", action="store_true",
+                        help="run Kiln without the ApiVersions patch (see bench/kiln_server.py)")
+    parser.add_argument("--keep-logs", action="store_true", help="keep Kiln's log files")
+    args = parser.parse_args(argv)
+    defaults = ({"records": 200_000, "records_1k": 40_000, "repeats": 1, "latency_seconds": 2.0,
+                 "e2e_records": 200_000} if args.quick else
+                {"records": 1_000_000, "records_1k": 200_000, "repeats": 3,
+                 "latency_seconds": 5.0, "e2e_records": 2_000_000})
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
+
+
+def run(args: argparse.Namespace, workdir: Path, log: Callable[[str], None]) -> dict[str, Any]:
+    started = time.time()
+    doc: dict[str, Any] = {
+        "benchmark": "bench.produce",
+        "date": datetime.date.today().isoformat(),
+        "command": "python -m bench.produce" + (" --quick" if args.quick else ""),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "note": f"{os.cpu_count()} cores shared by the producer, Kiln, Redis and the broker "
+                    "(tansu, memory storage); all on loopback",
+        },
+        "versions": tool_versions(),
+        "settings": {
+            "ingest_producer": {k: v for k, v in INGEST_PRODUCER.items() if k != "log_level"},
+            "latency_producer": {k: v for k, v in LATENCY_PRODUCER.items() if k != "log_level"},
+            "partitions": 1,
+            "ingest_harden_delay_ms": args.ingest_delay_ms,
+            "mb": "10^6 bytes of record values",
+        },
+    }
+    doc["ingest"] = bench_ingest(args, workdir, log)
+    kiln_peak = doc["ingest"][0]["kiln"]["records_per_s"]["median"]
+    rates = [args.latency_rate or kiln_peak / 2]
+    if args.low_rate:
+        rates.append(args.low_rate)
+    doc["latency"] = []
+    for rate in rates:
+        runs = bench_latency(args, workdir, rate, log)
+        by_name = {r["name"]: r for r in runs}
+        kiln_p99 = by_name["kiln_acks1"]["p99_ms"]
+        all_p99 = by_name["direct_acksall"]["p99_ms"]
+        doc["latency"].append({
+            "target_rate": round(rate), "runs": runs,
+            "target": {"kiln_acks1_p99_ms": kiln_p99, "direct_acksall_p99_ms": all_p99,
+                       "ratio": round(kiln_p99 / all_p99, 2) if all_p99 else None,
+                       "kiln_at_or_below_direct_acksall": kiln_p99 <= all_p99},
+        })
+    e2e = bench_end_to_end(args, workdir, log)
+    direct_100 = doc["ingest"][0]["direct"]["records_per_s"]["median"]
+    e2e["ratio_to_direct_ingest"] = (round(e2e["end_to_end_records_per_s"] / direct_100, 2)
+                                     if e2e["end_to_end_records_per_s"] else None)
+    doc["end_to_end"] = e2e
+    kiln_runs = [r for row in doc["ingest"] for r in row["kiln"]["runs"]]
+    doc["memory"] = {
+        "kiln_peak_rss_mb_max": max(r["kiln_peak_rss_mb"] for r in kiln_runs),
+        "redis_used_memory_peak_mb_max": max(r["redis_used_memory_peak_mb"] for r in kiln_runs),
+        "per_size": [{"value_bytes": row["value_bytes"], "records": row["records"],
+                      "kiln_peak_rss_mb": [r["kiln_peak_rss_mb"] for r in row["kiln"]["runs"]],
+                      "redis_used_memory_peak_mb": [r["redis_used_memory_peak_mb"]
+                                                    for r in row["kiln"]["runs"]]}
+                     for row in doc["ingest"]],
+    }
+    patched = any(r.get("kiln_api_versions_patched") for r in kiln_runs)
+    doc["kiln_api_versions_patch"] = (
+        "Fetch 4..12 added to Kiln's ApiVersions answer, nothing else changed (librdkafka "
+        "uses message format v2 only when Fetch v4+ is listed); see bench/kiln_server.py"
+        if patched else None)
+    doc["wall_seconds"] = round(time.time() - started, 1)
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+
+    def log(text: str) -> None:
+        if not args.json:
+            print(text, file=sys.stderr, flush=True)
+
+    def on_term(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_term)
+    workdir = Path(tempfile.mkdtemp(prefix="kiln-bench-"))
+    try:
+        doc = run(args, workdir, log)
+    except KeyboardInterrupt:
+        print("interrupted; every started process was stopped", file=sys.stderr)
+        return 130
+    finally:
+        if not args.keep_logs:
+            for path in workdir.glob("*"):
+                path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                workdir.rmdir()
+        elif not args.json:
+            print(f"Kiln logs kept in {workdir}", file=sys.stderr)
+    text = json.dumps(doc, indent=2)
+    print(text, flush=True)
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text + "\n")
+    if not args.json:
+        print("\n" + table(doc), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
