@@ -23,6 +23,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from proxy.protocol.batch import read_header
 from proxy.protocol.errors import ErrorCode
 from storage.errors import BufferUnavailable
 from storage.model import Reliability, StoredBatch, TopicPartition
@@ -147,6 +148,9 @@ return 0
 """
 
 
+_READ_BATCHES = 200
+
+
 @dataclass(frozen=True, slots=True)
 class AppendRequest:
     """One partition's share of a produce request, already validated."""
@@ -241,6 +245,72 @@ class LogQueue:
             out.append(batch)
             size += len(batch.data)
         return out
+
+    async def read_from(self, tp: TopicPartition, offset: int, limit_bytes: int
+                        ) -> tuple[list[StoredBatch], PartitionState, int]:
+        """Batches holding `offset` and after, up to limit_bytes (at least one batch), with the
+        partition's state and the lowest offset the log queue still holds.
+
+        One round trip: the batch that contains `offset` may start before it."""
+        key = _key(tp, "log")
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.xrevrange(key, f"{offset}-1", "-", count=1)
+                pipe.xrange(key, f"{offset}-1", "+", count=_READ_BATCHES)
+                pipe.xrange(key, "-", "+", count=1)
+                pipe.hgetall(_key(tp, "meta"))
+                before, after, first, meta = await pipe.execute()
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        state = _partition_state(meta)
+        start = _stored_batch(*first[0]).base_offset if first else state.next_offset
+        batches: list[StoredBatch] = []
+        if before:
+            holding = _stored_batch(*before[0])
+            if holding.base_offset < offset < holding.next_offset:
+                batches.append(holding)
+        size = sum(len(b.data) for b in batches)
+        for entry_id, fields in after or []:
+            batch = _stored_batch(entry_id, fields)
+            if batch.base_offset < offset:
+                continue  # the holding batch, already taken
+            if batches and size + len(batch.data) > limit_bytes:
+                break
+            batches.append(batch)
+            size += len(batch.data)
+        return batches, state, start
+
+    async def start_offset(self, tp: TopicPartition) -> int:
+        """The lowest offset the log queue still holds (the next offset when it is empty)."""
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.xrange(_key(tp, "log"), "-", "+", count=1)
+                pipe.hget(_key(tp, "meta"), "next")
+                first, next_offset = await pipe.execute()
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        return _stored_batch(*first[0]).base_offset if first else int(next_offset or 0)
+
+    async def first_at_or_after(self, tp: TopicPartition, timestamp_ms: int
+                                ) -> tuple[int, int] | None:
+        """(offset, batch max timestamp) of the first batch whose max timestamp reaches
+        `timestamp_ms` (batch granularity: clients skip earlier records of a batch)."""
+        key = _key(tp, "log")
+        start = "-"
+        try:
+            while True:
+                entries = await self._redis.xrange(key, start, "+", count=_READ_BATCHES)
+                for entry_id, fields in entries or []:
+                    batch = _stored_batch(entry_id, fields)
+                    max_timestamp = read_header(batch.data).max_timestamp
+                    if max_timestamp >= timestamp_ms:
+                        return batch.base_offset, max_timestamp
+                if not entries or len(entries) < _READ_BATCHES:
+                    return None
+                last_id = entries[-1][0]
+                start = "(" + (last_id.decode() if isinstance(last_id, bytes) else str(last_id))
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
 
     async def state(self, tp: TopicPartition) -> PartitionState:
         try:

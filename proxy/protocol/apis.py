@@ -87,16 +87,18 @@ CLIENT_APIS: dict[int, ApiSpec] = {
             producer.InitProducerIdResponse,
         ),
         _spec(ApiKey.CREATE_TOPICS, 0, 7, admin.CreateTopicsRequest, admin.CreateTopicsResponse),
+        # Advertised for librdkafka too: it only uses record batches v2 (and zstd) when the
+        # broker offers Fetch v4 (v10).
+        _spec(ApiKey.FETCH, 4, 12, consumer.FetchRequest, consumer.FetchResponse),
+        _spec(
+            ApiKey.LIST_OFFSETS, 1, 8, consumer.ListOffsetsRequest, consumer.ListOffsetsResponse
+        ),
     )
 }
 
 # Every API Kiln may send to the hardened store (a superset of what it serves).
 UPSTREAM_APIS: dict[int, ApiSpec] = {
     **CLIENT_APIS,
-    ApiKey.FETCH: _spec(ApiKey.FETCH, 4, 12, consumer.FetchRequest, consumer.FetchResponse),
-    ApiKey.LIST_OFFSETS: _spec(
-        ApiKey.LIST_OFFSETS, 1, 8, consumer.ListOffsetsRequest, consumer.ListOffsetsResponse
-    ),
     # The hardened store finds the transaction coordinator of its fencing ids with it.
     ApiKey.FIND_COORDINATOR: _spec(
         ApiKey.FIND_COORDINATOR,

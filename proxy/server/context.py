@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from storage.acks import HardenedWaiters
+from storage.appends import AppendSignals
 from storage.budget import BufferBudget
 from storage.catalog import Catalog
 from storage.log_queue import LogQueue
@@ -43,5 +44,6 @@ class KilnContext:
     catalog: Catalog
     waiters: HardenedWaiters
     budget: BufferBudget
+    appends: AppendSignals = field(default_factory=AppendSignals)
     clock_ms: Callable[[], int] = wall_clock_ms
     counters: ServerCounters = field(default_factory=ServerCounters)

@@ -10,7 +10,15 @@ from collections.abc import Awaitable, Callable
 from proxy.protocol.apis import ApiKey, Message, Request, encode_response, error_response
 from proxy.protocol.errors import ErrorCode, KafkaError
 from proxy.server.context import KilnContext
-from proxy.server.handlers import api_versions, create_topics, init_producer_id, metadata, produce
+from proxy.server.handlers import (
+    api_versions,
+    create_topics,
+    fetch,
+    init_producer_id,
+    list_offsets,
+    metadata,
+    produce,
+)
 from proxy.server.reply import Deferred
 
 log = logging.getLogger(__name__)
@@ -24,6 +32,8 @@ HANDLERS: dict[int, tuple[Handler, ErrorBuilder | None]] = {
     ApiKey.PRODUCE: (produce.handle, produce.error_response),
     ApiKey.INIT_PRODUCER_ID: (init_producer_id.handle, None),
     ApiKey.CREATE_TOPICS: (create_topics.handle, create_topics.error_response),
+    ApiKey.FETCH: (fetch.handle, fetch.error_response),
+    ApiKey.LIST_OFFSETS: (list_offsets.handle, None),
 }
 
 

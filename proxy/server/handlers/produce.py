@@ -100,6 +100,7 @@ async def handle(ctx: KilnContext, request: Request) -> Message | Deferred | Non
             outcome.message = result.error_code.name
             continue
         outcome.base_offset = result.base_offset
+        ctx.appends.appended(append.tp)
         count = sum(b[1] for b in append.batches)
         records += count
         if point is AckPoint.ON_HARDENED_OR_DELIVERED:

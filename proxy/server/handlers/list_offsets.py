@@ -1,0 +1,47 @@
+"""ListOffsets over the log queue: latest, earliest, and by timestamp."""
+
+from __future__ import annotations
+
+from proxy.protocol.apis import CLIENT_APIS, ApiKey, Message, Request
+from proxy.protocol.errors import ErrorCode, KafkaError
+from proxy.server.context import KilnContext
+from storage.model import TopicPartition
+
+_RESP = CLIENT_APIS[ApiKey.LIST_OFFSETS].response
+_TOPIC = _RESP.ListOffsetsTopicResponse
+_PARTITION = _TOPIC.ListOffsetsPartitionResponse
+LATEST = -1
+EARLIEST = -2
+
+
+async def _offset(ctx: KilnContext, tp: TopicPartition, timestamp: int) -> tuple[int, int]:
+    """(offset, timestamp) for one partition; raises KafkaError."""
+    config = await ctx.catalog.lookup(tp.topic, allow_create=False)
+    if config is None or not 0 <= tp.partition < config.partitions:
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, tp.topic)
+    if timestamp == LATEST:
+        return (await ctx.queue.state(tp)).next_offset, -1
+    if timestamp == EARLIEST:
+        return await ctx.queue.start_offset(tp), -1
+    if timestamp < 0:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"timestamp {timestamp}")
+    found = await ctx.queue.first_at_or_after(tp, timestamp)
+    return found if found is not None else (-1, -1)
+
+
+async def handle(ctx: KilnContext, request: Request) -> Message:
+    topics = []
+    for topic in request.body.topics:
+        partitions = []
+        for part in topic.partitions:
+            tp = TopicPartition(topic.name, part.partition_index)
+            try:
+                offset, timestamp = await _offset(ctx, tp, part.timestamp)
+                code = ErrorCode.NONE
+            except KafkaError as exc:
+                offset, timestamp, code = -1, -1, exc.error_code
+            partitions.append(_PARTITION(partition_index=part.partition_index,
+                                         error_code=int(code), timestamp=timestamp,
+                                         offset=offset, leader_epoch=0))
+        topics.append(_TOPIC(name=topic.name, partitions=partitions))
+    return _RESP[request.header.request_api_version](throttle_time_ms=0, topics=topics)
