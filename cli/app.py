@@ -13,6 +13,7 @@ from proxy.server.listener import Listener
 from storage.acks import HardenedWaiters
 from storage.budget import BufferBudget
 from storage.catalog import Catalog, CatalogSettings
+from storage.errors import StorageError
 from storage.hardener import Hardener, HardenerSettings
 from storage.kafka.client import KafkaClient
 from storage.log_queue import LogQueue
@@ -20,6 +21,10 @@ from storage.policy.delay import FixedDelay
 from storage.topics import TopicRegistry
 
 log = logging.getLogger(__name__)
+
+
+class StartupError(Exception):
+    """Kiln cannot start; the message is for the operator."""
 
 
 class KilnApp:
@@ -56,8 +61,16 @@ class KilnApp:
 
     async def start(self) -> None:
         """Check both stores answer, then start hardening and accepting clients."""
-        await self.queue.ping()
-        await self.kafka.start()
+        try:
+            await self.queue.ping()
+        except StorageError as exc:
+            raise StartupError(f"cannot reach Redis at {self.settings.redis_url}: "
+                               f"{exc.__cause__ or exc}") from exc
+        try:
+            await self.kafka.start()
+        except StorageError as exc:
+            raise StartupError(f"cannot reach Kafka at {self.settings.kafka_bootstrap}: "
+                               f"{exc.message}") from exc
         self.budget.start()
         self.hardener.start()
         await self.listener.start()

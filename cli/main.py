@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from cli import logs
-from cli.app import KilnApp
+from cli.app import KilnApp, StartupError
 from cli.settings import Settings, SettingsError, load_settings
 from storage.errors import StorageError
 
@@ -90,7 +90,7 @@ def dev(config_file: Path | None, **flags: Any) -> None:
 def _run(settings: Settings) -> None:
     try:
         asyncio.run(_serve(settings))
-    except StorageError as exc:
+    except (StartupError, StorageError) as exc:
         raise click.ClickException(str(exc)) from exc
     except OSError as exc:
         raise click.ClickException(f"cannot listen on {settings.listen}: {exc}") from exc
@@ -116,7 +116,7 @@ async def _serve(settings: Settings) -> None:
         loop.add_signal_handler(signum, on_signal, signum)
     try:
         await app.start()
-    except StorageError:
+    except (StartupError, StorageError):
         await app.close()
         raise
     log.info("Kiln ready: redis=%s kafka=%s delay=%dms", settings.redis_url,

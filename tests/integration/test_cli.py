@@ -1,0 +1,136 @@
+"""The `kiln` command as an operator runs it: bad input, unreachable stores, planned
+shutdown, and `kiln dev`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from kafka import KafkaProducer
+
+from cli.local_services import free_port
+from tests.integration.test_produce_harden import read_hardened
+
+KILN = str(Path(sys.executable).with_name("kiln"))
+
+
+def run_kiln(*args: str, env: dict[str, str] | None = None,
+             timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([KILN, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def wait_listening(port: int, process: subprocess.Popen[str], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stderr.read() if process.stderr else ""
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"kiln did not listen on {port}")
+
+
+def test_bad_flag_value_is_named() -> None:
+    result = run_kiln("serve", "--listen", "nowhere")
+
+    assert result.returncode == 2
+    assert "listen: expected HOST:PORT, got 'nowhere'" in result.stderr
+
+
+def test_bad_environment_value_is_named() -> None:
+    result = run_kiln("serve", env={"KILN_HARDEN_DELAY_MS": "soon"})
+
+    assert result.returncode == 2
+    assert "KILN_HARDEN_DELAY_MS" in result.stderr
+
+
+def test_unknown_config_key_is_named(tmp_path: Path) -> None:
+    config = tmp_path / "kiln.toml"
+    config.write_text('redis = "redis://x"\n')
+
+    result = run_kiln("serve", "--config", str(config))
+
+    assert result.returncode == 2
+    assert "unknown key 'redis'" in result.stderr
+
+
+def test_unreachable_redis_is_reported(kafka_bootstrap: str) -> None:
+    result = run_kiln("serve", "--listen", "127.0.0.1:0", "--redis-url",
+                      f"redis://127.0.0.1:{free_port()}/0", "--kafka-bootstrap", kafka_bootstrap)
+
+    assert result.returncode == 1
+    assert "cannot reach Redis at redis://127.0.0.1:" in result.stderr
+
+
+def test_unreachable_kafka_is_reported(redis_url: str) -> None:
+    result = run_kiln("serve", "--listen", "127.0.0.1:0", "--redis-url", redis_url,
+                      "--kafka-bootstrap", f"127.0.0.1:{free_port()}")
+
+    assert result.returncode == 1
+    assert "cannot reach Kafka at 127.0.0.1:" in result.stderr
+
+
+def test_sigterm_hardens_everything_buffered_before_exit(
+        redis_url: str, kafka_bootstrap: str, unique_topic: str) -> None:
+    redis.Redis.from_url(redis_url).flushdb()
+    port = free_port()
+    process = subprocess.Popen(
+        [KILN, "serve", "--listen", f"127.0.0.1:{port}", "--redis-url", redis_url,
+         "--kafka-bootstrap", kafka_bootstrap, "--harden-delay-ms", "600000"],
+        stderr=subprocess.PIPE, text=True)
+    try:
+        wait_listening(port, process)
+        producer = KafkaProducer(bootstrap_servers=f"127.0.0.1:{port}", acks=1)
+        for i in range(50):
+            producer.send(unique_topic, value=b"r%d" % i, partition=0)
+        producer.flush()
+        producer.close()
+
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    records = read_hardened(kafka_bootstrap, unique_topic, 0, 50)
+
+    assert code == 0
+    assert [r.value for r in records] == [b"r%d" % i for i in range(50)]
+
+
+@pytest.mark.timeout(120)
+def test_kiln_dev_runs_all_three_and_ctrl_c_stops_them(unique_topic: str) -> None:
+    port = free_port()
+    process = subprocess.Popen([KILN, "dev", "--listen", f"127.0.0.1:{port}"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_listening(port, process)
+        assert process.stdout is not None
+        banner = [process.stdout.readline() for _ in range(3)]
+        redis_port = int(banner[0].rsplit(":", 1)[1].split("/")[0])
+        kafka_port = int(banner[1].rsplit(":", 1)[1])
+        producer = KafkaProducer(bootstrap_servers=f"127.0.0.1:{port}", acks=1)
+        metadata = producer.send(unique_topic, value=b"hello", partition=0).get(timeout=10)
+        producer.close()
+
+        process.send_signal(signal.SIGINT)
+        code = process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+    assert metadata.offset == 0
+    assert code == 0
+    for service_port in (port, redis_port, kafka_port):
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", service_port), timeout=0.5).close()

@@ -1,0 +1,118 @@
+"""Two Kiln processes on one partition, Redis losing its data, Kafka going away: count the
+records afterwards."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import redis
+from kafka import KafkaProducer
+
+from cli.local_services import LocalTansu
+from proxy.protocol.errors import ErrorCode
+from tests.integration.test_produce_harden import kiln_offset, read_hardened
+from tests.kiln_harness import start_kiln
+from tests.raw_client import RawClient, record_batch
+
+
+def test_two_kiln_processes_appending_to_one_partition_never_collide(
+        redis_url: str, kafka_bootstrap: str, unique_topic: str) -> None:
+    redis.Redis.from_url(redis_url).flushdb()
+    first = start_kiln(redis_url, kafka_bootstrap, node_id=1)
+    second = start_kiln(redis_url, kafka_bootstrap, node_id=2)
+    offsets: list[int] = []
+    lock = threading.Lock()
+
+    def produce(bootstrap: str, tag: bytes) -> None:
+        client = RawClient(bootstrap)
+        for i in range(100):
+            answer = client.produce(unique_topic, 0, record_batch([tag + b"%d" % i] * 3))
+            assert answer.error_code == 0
+            with lock:
+                offsets.append(answer.base_offset)
+        client.close()
+
+    try:
+        threads = [threading.Thread(target=produce, args=(k.bootstrap, tag))
+                   for k, tag in ((first, b"a"), (second, b"b"))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert first.flush() and second.flush()
+        records = read_hardened(kafka_bootstrap, unique_topic, 0, 600)
+    finally:
+        first.stop()
+        second.stop()
+
+    assert sorted(offsets) == list(range(0, 600, 3))
+    assert [kiln_offset(r) for r in records] == list(range(600))
+    assert sorted(r.value for r in records) == sorted(
+        tag + b"%d" % i for tag in (b"a", b"b") for i in range(100) for _ in range(3))
+
+
+def test_after_redis_loses_its_data_offsets_continue_and_nothing_hardened_is_lost(
+        redis_url: str, kafka_bootstrap: str, unique_topic: str) -> None:
+    store = redis.Redis.from_url(redis_url)
+    store.flushdb()
+    before = start_kiln(redis_url, kafka_bootstrap)
+    client = RawClient(before.bootstrap)
+    client.produce(unique_topic, 0, record_batch([b"old-%d" % i for i in range(10)]))
+    client.close()
+    assert before.flush()
+    before.stop()
+    store.flushdb()  # Redis lost everything; Kafka holds what was hardened
+
+    after = start_kiln(redis_url, kafka_bootstrap)
+    try:
+        client = RawClient(after.bootstrap)
+        answer = client.produce(unique_topic, 0, record_batch([b"new-%d" % i for i in range(5)]))
+        client.close()
+        assert after.flush()
+        records = read_hardened(kafka_bootstrap, unique_topic, 0, 15)
+    finally:
+        after.stop()
+
+    assert answer.base_offset == 10
+    assert [r.value for r in records] == [b"old-%d" % i for i in range(10)] + [
+        b"new-%d" % i for i in range(5)]
+    assert [kiln_offset(r) for r in records] == list(range(15))
+
+
+def test_kafka_outage_buffers_up_to_the_budget_and_loses_nothing(
+        redis_url: str, unique_topic: str) -> None:
+    redis.Redis.from_url(redis_url).flushdb()
+    broker = LocalTansu().start()
+    running = start_kiln(redis_url, broker.bootstrap, harden_delay_ms=50,
+                         buffer_budget_bytes=64 * 1024)
+    try:
+        producer = KafkaProducer(bootstrap_servers=running.bootstrap, acks=1, linger_ms=0)
+        producer.send(unique_topic, value=b"before", partition=0).get(timeout=10)
+        assert running.flush()
+        broker.kill()  # memory storage: the broker comes back empty
+
+        acknowledged = [b"before"]
+        client = RawClient(running.bootstrap)
+        refused = None
+        for i in range(200):
+            value = b"during-%03d-" % i + b"x" * 1000
+            answer = client.produce(unique_topic, 0, record_batch([value]))
+            if answer.error_code != 0:
+                refused = answer.error_code
+                break
+            acknowledged.append(value)
+        client.close()
+        broker.start()  # same port
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not running.flush(timeout_s=5):
+            time.sleep(0.5)
+        records = read_hardened(broker.bootstrap, unique_topic, 0, len(acknowledged) - 1)
+    finally:
+        running.stop()
+        broker.stop()
+
+    assert refused == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert 40 <= len(acknowledged) <= 70
+    # "before" was hardened into the broker that was lost; everything after it survives.
+    assert [r.value for r in records] == acknowledged[1:]
