@@ -43,7 +43,7 @@ def wall_clock_ms() -> int:
 @dataclass(frozen=True, slots=True)
 class HardenerSettings:
     owner: str
-    tick_s: float = 0.02
+    tick_s: float = 0.05
     read_limit_bytes: int = 4 * 1024 * 1024
     max_batch_bytes: int = 1_000_000
     lease_ms: int = 10_000
@@ -75,7 +75,11 @@ class Hardener:
         self._tasks: dict[TopicPartition, asyncio.Task[None]] = {}
         self._supervisor: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
-        self._flush_requested: dict[TopicPartition, asyncio.Event] = {}
+        self._wakeups: dict[TopicPartition, asyncio.Event] = {}
+        # Partitions to harden regardless of the delay, up to this offset (flush, drain).
+        self._flush_goal: dict[TopicPartition, int] = {}
+        # Partitions whose task found the log queue empty; the supervisor wakes them.
+        self._idle_empty: set[TopicPartition] = set()
         self.counters = HardenerCounters()
 
     def start(self) -> None:
@@ -96,8 +100,9 @@ class Hardener:
         await self._scan_topics()
         targets = [tp for tp in self._tasks if topics is None or tp.topic in topics]
         goals = dict(zip(targets, await self._queue.states(targets), strict=True))
-        for tp in targets:
-            self._flush_requested.setdefault(tp, asyncio.Event()).set()
+        for tp, state in goals.items():
+            self._flush_goal[tp] = max(self._flush_goal.get(tp, 0), state.next_offset)
+            self._wakeup(tp).set()
         for tp, state in goals.items():
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not await self._waiters.wait(tp, state.next_offset - 1,
@@ -105,13 +110,25 @@ class Hardener:
                 return False
         return True
 
+    def _wakeup(self, tp: TopicPartition) -> asyncio.Event:
+        return self._wakeups.setdefault(tp, asyncio.Event())
+
     async def _supervise(self) -> None:
+        """Start a task for every partition; wake idle ones that received records."""
+        scanned_at = float("-inf")
         while not self._stopping.is_set():
             try:
-                await self._scan_topics()
+                if time.monotonic() - scanned_at >= self._settings.topic_scan_s:
+                    await self._scan_topics()
+                    scanned_at = time.monotonic()
+                idle = [tp for tp in self._tasks if tp in self._idle_empty]
+                if idle:
+                    for tp, state in zip(idle, await self._queue.states(idle), strict=True):
+                        if state.next_offset > state.hardened_offset:
+                            self._wakeup(tp).set()
             except StorageError as exc:
-                log.warning("hardener cannot list topics: %s", exc)
-            await asyncio.sleep(self._settings.topic_scan_s)
+                log.warning("hardener cannot scan partitions: %s", exc)
+            await asyncio.sleep(self._settings.tick_s)
 
     async def _scan_topics(self) -> None:
         for config in (await self._catalog.all()).values():
@@ -126,22 +143,25 @@ class Hardener:
         writer: HardenedPartitionWriter | None = None
         skip_below = 0
         backoff = 0.0
-        flush = self._flush_requested.setdefault(tp, asyncio.Event())
+        wakeup = self._wakeup(tp)
+        idle_s = self._settings.lease_ms / 4000  # renew the lease well before it expires
         while not self._stopping.is_set():
             try:
                 if not await self._queue.acquire_lease(tp, self._settings.owner,
                                                        self._settings.lease_ms):
                     writer = None
-                    await asyncio.sleep(self._settings.lease_ms / 4000)
+                    await asyncio.sleep(idle_s)
                     continue
                 if writer is None:
                     writer, skip_below = await self._recover(tp)
-                forced = flush.is_set()
-                flush.clear()
-                progressed, skip_below = await self._harden_once(tp, writer, skip_below, forced)
+                wakeup.clear()
+                forced = skip_below < self._flush_goal.get(tp, 0)
+                wait_s, skip_below = await self._harden_once(tp, writer, skip_below, forced)
                 backoff = 0.0
-                if not progressed:
-                    await self._idle(flush)
+                if wait_s > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(wakeup.wait(), min(wait_s, idle_s))
+                self._idle_empty.discard(tp)
             except Fenced as exc:
                 log.warning("hardening of %s/%d fenced: %s", tp.topic, tp.partition, exc)
                 writer = None
@@ -155,10 +175,6 @@ class Hardener:
                             tp.topic, tp.partition, backoff, exc)
                 await asyncio.sleep(backoff)
 
-    async def _idle(self, flush: asyncio.Event) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(flush.wait(), self._settings.tick_s)
-
     async def _recover(self, tp: TopicPartition) -> tuple[HardenedPartitionWriter, int]:
         config = await self._catalog.lookup(tp.topic, allow_create=False)
         if config is not None:
@@ -167,6 +183,10 @@ class Hardener:
                                          max_batch_bytes=self._settings.max_batch_bytes)
         in_kafka = await writer.recover()
         state = await self._queue.state(tp)
+        if in_kafka is not None and in_kafka > state.next_offset:
+            log.error("%s/%d: Kafka holds Kiln offsets up to %d but the log queue is at %d: "
+                      "Redis lost this partition's state while the topic stayed registered",
+                      tp.topic, tp.partition, in_kafka - 1, state.next_offset)
         skip_below = max(in_kafka or 0, state.hardened_offset)
         if in_kafka is not None and in_kafka > state.hardened_offset:
             # Crashed after writing to Kafka and before trimming Redis: finish the trim.
@@ -176,29 +196,36 @@ class Hardener:
         return writer, skip_below
 
     async def _harden_once(self, tp: TopicPartition, writer: HardenedPartitionWriter,
-                           skip_below: int, forced: bool) -> tuple[bool, int]:
-        batches = await self._queue.read(tp, self._settings.read_limit_bytes)
-        if not batches:
-            return False, skip_below
+                           skip_below: int, forced: bool) -> tuple[float, int]:
+        """Harden what is due; returns (seconds until something may be due, skip_below)."""
+        oldest = await self._queue.peek_oldest(tp)
+        if oldest is None:
+            self._idle_empty.add(tp)
+            return float("inf"), skip_below
         now = self._clock()
         due_before = now if forced else self._delay.decide(now).due_before(now)
+        if oldest.append_time_ms > due_before:
+            return (oldest.append_time_ms - due_before) / 1000, skip_below
+        batches = await self._queue.read(tp, self._settings.read_limit_bytes)
         due = due_prefix(batches, due_before)
         if not due:
-            return False, skip_below
+            return self._settings.tick_s, skip_below
         config = await self._catalog.lookup(tp.topic, allow_create=False)
         harden_topic = config is None or config.harden is not HardenPolicy.NEVER
         to_write = [b for b in due
                     if harden_topic and should_harden(b.reliability) and b.next_offset > skip_below]
         upto = due[-1].next_offset
+        written = 0
         if to_write:
             result = await writer.write(to_write, skip_below)
+            written = result.records
             self.counters.records_hardened += result.records
             self.counters.bytes_hardened += result.bytes
-            self.counters.batches_written += 1
+            self.counters.batches_written += result.batches
             per_topic = self.counters.per_topic_records
             per_topic[tp.topic] = per_topic.get(tp.topic, 0) + result.records
-        dropped = sum(b.record_count for b in due if b not in to_write)
-        self.counters.records_dropped += dropped
+        self.counters.records_dropped += max(0, (upto - max(skip_below, due[0].base_offset))
+                                             - written)
         await self._queue.trim_below(tp, upto)
         self._waiters.hardened(tp, upto)
-        return True, max(skip_below, upto)
+        return 0.0, max(skip_below, upto)

@@ -246,6 +246,13 @@ class LogQueue:
             size += len(batch.data)
         return out
 
+    async def peek_oldest(self, tp: TopicPartition) -> StoredBatch | None:
+        try:
+            entries = await self._redis.xrange(_key(tp, "log"), "-", "+", count=1)
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        return _stored_batch(*entries[0]) if entries else None
+
     async def read_from(self, tp: TopicPartition, offset: int, limit_bytes: int
                         ) -> tuple[list[StoredBatch], PartitionState, int]:
         """Batches holding `offset` and after, up to limit_bytes (at least one batch), with the
