@@ -48,7 +48,7 @@ def install() -> bool:
             body.api_keys.sort(key=lambda e: int(e.api_key))
         return body
 
-    api_versions._body = body_with_fetch  # type: ignore[assignment]
+    api_versions._body = body_with_fetch
     return True
 
 

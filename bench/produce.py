@@ -1,28 +1,32 @@
 """Producing through Kiln versus producing straight to the broker, side by side, in one run.
 
 Every measurement gets fresh local services (Redis, a tansu broker, and, for Kiln, a
-separate `kiln serve` process started by `bench.kiln_server`) and a fresh topic with one
-partition, created beforehand through the endpoint under test. The producer is
-confluent-kafka (librdkafka) with identical settings for Kiln and for the broker.
+separate `kiln serve` process started through `bench.kiln_server`) and a fresh topic with
+one partition, created beforehand through the endpoint under test. The producer is
+confluent-kafka (librdkafka), with identical settings for Kiln and for the broker.
 
-1. ingest     N records of 100 B and of 1 KB with acks=1, as fast as one producer goes;
-              Kiln and direct runs alternate (Kiln, direct, Kiln, direct, ...), `--repeats`
-              times each; median, min and max records/s and MB/s (of values), Kiln/direct.
-              The Kiln runs use a long harden delay, so hardening does not compete; each
-              Kiln run ends with SIGTERM (Kiln hardens everything, then exits), after which
-              the broker's high watermark must equal N.
-2. latency    single-message produce latency (delivery report time minus produce() time,
-              librdkafka's `msg.latency()`, linger.ms=0) at a fixed paced rate, for Kiln
-              acks=1, direct acks=1 and direct acks=all: p50/p99/p99.9/max.
-3. end_to_end M records through Kiln with a short harden delay; time from the first produce
-              until the broker's high watermark (read from a Fetch response) reaches M.
+1. ingest     N records of 100 B and of 1 KB, acks=1, as fast as one producer goes. Kiln
+              and direct runs alternate (Kiln, direct, Kiln, direct, ...), `--repeats` runs
+              each; median, min and max of records/s and MB/s (of values); Kiln/direct.
+              Kiln runs with a long harden delay, so nothing becomes due during the run.
+              Afterwards Kiln's (and Redis') CPU is measured for `--idle-seconds` with the
+              buffer full and nothing due, then Kiln is SIGKILLed (its Redis is thrown away;
+              `--drain` sends SIGTERM instead and measures how long hardening everything takes).
+2. latency    produce latency of every message (librdkafka's `msg.latency()`: produce() to
+              delivery report) at a fixed paced rate, for Kiln acks=1, direct acks=1 and
+              direct acks=all; p50/p99/p99.9/max over the pooled runs. Two scenarios:
+              "batched" at half the median Kiln 100 B ingest rate with linger.ms=5, and
+              "single" at 200 msg/s with linger.ms=0 (every message its own request).
+3. end_to_end M records of 100 B through Kiln with a 500 ms harden delay, as fast as the
+              producer goes; time from the first produce() until the broker's high
+              watermark (read from a Fetch response) reaches M.
 4. memory     peak RSS (VmHWM) of the Kiln process and Redis used_memory_peak per Kiln run.
 
-Prints one JSON document on stdout, then a human-readable table on stderr (`--json`: JSON
-only). The producer, Kiln, Redis and the broker all share this machine's cores.
+Prints one JSON document on stdout and a human-readable table on stderr (`--json`: the JSON
+document only). The producer, Kiln, Redis and the broker all share this machine's cores.
 
-    python -m bench.produce            # full run, a few minutes
-    python -m bench.produce --quick    # smaller counts, one repeat
+    python -m bench.produce            # full run, about two minutes
+    python -m bench.produce --quick    # smaller counts, one run each, about 30 s
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -55,7 +60,7 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
-from cli.local_services import LocalRedis, LocalTansu, free_port
+from cli.local_services import LocalRedis, LocalTansu, free_port, tansu_binary
 
 REPO = Path(__file__).resolve().parent.parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -73,9 +78,8 @@ INGEST_PRODUCER = {
     "delivery.report.only.error": True,
     "log_level": 3,
 }
-# Latency: no lingering, a delivery report for every message.
+# Latency: a delivery report for every message; linger.ms is set per scenario.
 LATENCY_PRODUCER = {
-    "linger.ms": 0,
     "batch.size": 1_000_000,
     "batch.num.messages": 100_000,
     "compression.type": "none",
@@ -119,6 +123,37 @@ def self_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def machine_cpu_s() -> tuple[float, float]:
+    """CPU seconds since boot over all cores, from /proc/stat: (user + nice + system, which
+    processes are charged with; irq + softirq + steal, which no process is charged with)."""
+    ticks = [int(f) for f in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+    return (ticks[0] + ticks[1] + ticks[2]) / CLK_TCK, (ticks[5] + ticks[6] + ticks[7]) / CLK_TCK
+
+
+class CpuWindow:
+    """CPU used during a window by named processes, by this process (the producer, with
+    librdkafka's threads), and by everything else on the machine (other work competing)."""
+
+    def __init__(self, **pids: int | None) -> None:
+        self._pids = pids
+        self._start = self._snapshot()
+
+    def _snapshot(self) -> dict[str, float]:
+        snap = {name: proc_cpu_s(pid) for name, pid in self._pids.items()}
+        snap["producer"] = self_cpu_s()
+        snap["machine"], snap["irq"] = machine_cpu_s()
+        return snap
+
+    def stop(self) -> dict[str, float]:
+        end = self._snapshot()
+        used = {k: end[k] - self._start[k] for k in end}
+        machine, irq = used.pop("machine"), used.pop("irq")
+        out = {f"{k}_cpu_s": round(v, 2) for k, v in used.items()}
+        out["other_cpu_s"] = round(max(0.0, machine - sum(used.values())), 2)
+        out["irq_cpu_s"] = round(irq, 2)
+        return out
+
+
 class KilnProcess:
     """`kiln serve` as a child process in its own session, logging to a file."""
 
@@ -138,7 +173,11 @@ class KilnProcess:
             cwd=REPO, env=env, start_new_session=True)
         self.peak_rss_kb = 0
         self.patched = False
-        self._wait_ready(30.0)
+        try:
+            self._wait_ready(30.0)
+        except BaseException:
+            self.stop(kill=True)
+            raise
 
     @property
     def bootstrap(self) -> str:
@@ -180,16 +219,16 @@ class KilnProcess:
         self.peak_rss_kb = max(self.peak_rss_kb, proc_status_kb(self.pid, "VmHWM"))
         return self.peak_rss_kb
 
-    def stop(self, timeout_s: float = 90.0) -> tuple[int | None, float]:
-        """SIGTERM (Kiln hardens what is buffered, then exits), wait, SIGKILL after timeout.
-        Returns (exit code, seconds it took); samples peak RSS while waiting."""
+    def stop(self, *, kill: bool = False, timeout_s: float = 10.0) -> tuple[int | None, float]:
+        """SIGKILL, or SIGTERM (Kiln then hardens what is buffered and exits) with SIGKILL
+        after `timeout_s`. Returns (exit code, seconds it took); samples peak RSS meanwhile."""
         proc = self.proc
         if proc is None:
             return None, 0.0
         started = time.perf_counter()
         if proc.poll() is None:
             self.sample_rss()
-            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
             deadline = time.monotonic() + timeout_s
             while proc.poll() is None and time.monotonic() < deadline:
                 self.sample_rss()
@@ -235,9 +274,10 @@ class Stack:
         assert self.broker is not None
         return self.broker.bootstrap
 
-    def stop_kiln(self) -> tuple[int | None, float]:
+    def stop_kiln(self, *, kill: bool = False, timeout_s: float = 10.0
+                  ) -> tuple[int | None, float]:
         if self.kiln is not None and self.kiln_exit is None:
-            self.kiln_exit = self.kiln.stop()
+            self.kiln_exit = self.kiln.stop(kill=kill, timeout_s=timeout_s)
             self.kiln_problems = self.kiln.problems()
         return self.kiln_exit or (None, 0.0)
 
@@ -322,8 +362,8 @@ def produce_n(bootstrap: str, topic: str, count: int, value: bytes, acks: str
             for _ in range(count - sent):
                 produce(topic, value)
                 sent += 1
-        except BufferError:
-            poll(0.0005)
+        except BufferError:  # queue full: wait 1 ms (librdkafka's shortest non-spinning wait)
+            poll(0.001)
     left = producer.flush(120)
     seconds = time.perf_counter() - started
     cpu = self_cpu_s() - cpu0
@@ -340,10 +380,21 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[index]
 
 
+def latency_stats(lat: list[float]) -> dict[str, Any]:
+    """Percentiles of latencies in ms (sorted in place)."""
+    lat.sort()
+    return {
+        "samples": len(lat),
+        "p50_ms": round(percentile(lat, 0.50), 3), "p99_ms": round(percentile(lat, 0.99), 3),
+        "p999_ms": round(percentile(lat, 0.999), 3), "max_ms": round(lat[-1], 3) if lat else None,
+        "mean_ms": round(statistics.fmean(lat), 3) if lat else None,
+    }
+
+
 def paced_latency(bootstrap: str, topic: str, acks: str, rate: float, seconds: float,
-                  value: bytes) -> dict[str, Any]:
-    """Send at `rate` messages/s for `seconds` (in bursts of at most 1 ms worth), recording
-    each message's produce()-to-delivery-report latency."""
+                  value: bytes, linger_ms: int) -> tuple[dict[str, Any], list[float]]:
+    """Send at `rate` messages/s for `seconds` (what is due every millisecond or so, at most
+    4 ms worth at once), recording each message's produce()-to-delivery-report latency."""
     samples: list[float] = []
     errors: list[Any] = []
 
@@ -354,7 +405,7 @@ def paced_latency(bootstrap: str, topic: str, acks: str, rate: float, seconds: f
             errors.append(err)
 
     producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, **LATENCY_PRODUCER,
-                         "on_delivery": on_delivery})
+                         "linger.ms": linger_ms, "on_delivery": on_delivery})
     producer.list_topics(topic, timeout=10)
     for _ in range(100):  # warm up: connection, first batches
         producer.produce(topic, value)
@@ -373,18 +424,17 @@ def paced_latency(bootstrap: str, topic: str, acks: str, rate: float, seconds: f
         for _ in range(due):
             produce(topic, value)
         sent += max(due, 0)
-        poll(0.0005 if due < max_burst else 0)
+        # librdkafka counts the timeout in whole milliseconds: 1 ms is the shortest wait
+        # that does not spin; poll() returns early when a delivery report arrives.
+        poll(0.001 if due < max_burst else 0)
     elapsed = time.perf_counter() - started
     producer.flush(30)
-    lat = sorted(s * 1000 for s in samples)
+    lat = [s * 1000 for s in samples]
     return {
-        "acks": acks, "target_rate": round(rate), "achieved_rate": round(sent / elapsed),
-        "seconds": round(elapsed, 2), "samples": len(lat), "errors": len(errors),
-        "first_error": str(errors[0]) if errors else None,
-        "p50_ms": round(percentile(lat, 0.50), 3), "p99_ms": round(percentile(lat, 0.99), 3),
-        "p999_ms": round(percentile(lat, 0.999), 3), "max_ms": round(lat[-1], 3) if lat else None,
-        "mean_ms": round(statistics.fmean(lat), 3) if lat else None,
-    }
+        "achieved_rate": round(sent / elapsed), "seconds": round(elapsed, 2),
+        "errors": len(errors), "first_error": str(errors[0]) if errors else None,
+        **latency_stats(list(lat)),
+    }, lat
 
 
 # --- the measurements -----------------------------------------------------------------------
@@ -415,11 +465,10 @@ def ingest_once(target: str, count: int, size: int, args: argparse.Namespace, wo
         server_pid = stack.kiln.pid if stack.kiln else stack.broker.pid  # type: ignore[union-attr]
         broker_pid = stack.broker.pid  # type: ignore[union-attr]
         redis_pid = stack.redis.pid if stack.redis else None
-        cpu0 = {"server": proc_cpu_s(server_pid), "broker": proc_cpu_s(broker_pid),
-                "redis": proc_cpu_s(redis_pid)}
+        window = (CpuWindow(kiln=server_pid, broker=broker_pid, redis=redis_pid) if via_kiln
+                  else CpuWindow(broker=broker_pid))
         result = produce_n(stack.endpoint, topic, count, value, "1")
-        cpu = {k: proc_cpu_s(p) - cpu0[k] for k, p in
-               (("server", server_pid), ("broker", broker_pid), ("redis", redis_pid))}
+        cpu = window.stop()
         seconds = result["seconds"]
         run: dict[str, Any] = {
             "target": target, "value_bytes": size, "records": count,
@@ -427,15 +476,12 @@ def ingest_once(target: str, count: int, size: int, args: argparse.Namespace, wo
             "records_per_s": round(count / seconds),
             "mb_per_s": round(count * size / seconds / 1e6, 2),
             "delivery_errors": result["errors"], "first_error": result["first_error"],
-            "producer_cpu_s": round(result["client_cpu_s"], 2),
-            "broker_cpu_s": round(cpu["broker"], 2),
+            **cpu,
         }
         if via_kiln:
             assert stack.kiln is not None and stack.redis is not None
             run["kiln_api_versions_patched"] = stack.kiln.patched
-            run["kiln_cpu_s"] = round(cpu["server"], 2)
-            run["redis_cpu_s"] = round(cpu["redis"], 2)
-            run["kiln_cpu_us_per_record"] = round(cpu["server"] / count * 1e6, 2)
+            run["kiln_cpu_us_per_record"] = round(cpu["kiln_cpu_s"] / count * 1e6, 2)
             run["kiln_peak_rss_mb_ingest"] = round(stack.kiln.sample_rss() / 1024, 1)
             memory = redis_memory(stack.redis.url)
             run["redis_used_memory_mb"] = round(memory["used_memory"] / 2**20, 1)
@@ -447,14 +493,20 @@ def ingest_once(target: str, count: int, size: int, args: argparse.Namespace, wo
                 (proc_cpu_s(stack.kiln.pid) - k0) / args.idle_seconds * 100)
             run["redis_idle_cpu_pct"] = round(
                 (proc_cpu_s(redis_pid) - r0) / args.idle_seconds * 100)
-            code, drain_s = stack.stop_kiln()
-            run["kiln_exit_code"] = code
-            run["kiln_drain_s"] = round(drain_s, 2)
+            if args.drain:
+                # SIGTERM: Kiln hardens everything buffered (ignoring the delay), then exits.
+                code, drain_s = stack.stop_kiln(timeout_s=args.drain_timeout)
+                hardened = fetch_high_watermark(stack.broker.bootstrap,  # type: ignore[union-attr]
+                                                topic)
+                run["drain"] = {"exit_code": code, "seconds": round(drain_s, 2),
+                                "hardened": hardened, "complete": hardened == count}
+            else:
+                # The buffered records go with this throwaway Redis; hardening is measured
+                # in end_to_end.
+                stack.stop_kiln(kill=True)
             run["kiln_peak_rss_mb"] = round(stack.kiln.peak_rss_kb / 1024, 1)
-            hardened = fetch_high_watermark(stack.broker.bootstrap, topic)  # type: ignore[union-attr]
-            run["hardened_after_drain"] = hardened
             run["kiln_log_problems"] = stack.kiln_problems[:10]
-            run["ok"] = result["errors"] == 0 and code == 0 and hardened == count
+            run["ok"] = result["errors"] == 0 and (not args.drain or run["drain"]["complete"])
         else:
             assert stack.broker is not None
             high = fetch_high_watermark(stack.broker.bootstrap, topic)
@@ -506,72 +558,120 @@ def bench_ingest(args: argparse.Namespace, workdir: Path, log: Callable[[str], N
     return out
 
 
-def bench_latency(args: argparse.Namespace, workdir: Path, rate: float,
-                  log: Callable[[str], None]) -> list[dict[str, Any]]:
+LATENCY_CONFIGS = (("kiln_acks1", True, "1"), ("direct_acks1", False, "1"),
+                   ("direct_acksall", False, "all"))
+
+
+def latency_once(args: argparse.Namespace, workdir: Path, name: str, via_kiln: bool, acks: str,
+                 rate: float, linger_ms: int, seconds: float
+                 ) -> tuple[dict[str, Any], list[float]]:
+    stack = Stack.start(workdir, kiln_delay_ms=args.ingest_delay_ms if via_kiln else None,
+                        patch=not args.no_patch)
+    try:
+        topic = new_topic_name(name.replace("_", "-"))
+        create_topic(stack.endpoint, topic)
+        assert stack.broker is not None
+        server_pid = stack.kiln.pid if stack.kiln else stack.broker.pid
+        redis_pid = stack.redis.pid if stack.redis else None
+        window = (CpuWindow(kiln=server_pid, broker=stack.broker.pid, redis=redis_pid)
+                  if stack.kiln else CpuWindow(broker=server_pid))
+        result, samples = paced_latency(stack.endpoint, topic, acks, rate, seconds, bytes(100),
+                                        linger_ms)
+        result.update(window.stop())
+        if stack.kiln is not None:
+            stack.stop_kiln(kill=True)
+            result["kiln_log_problems"] = stack.kiln_problems[:10]
+        return result, samples
+    finally:
+        stack.close()
+
+
+def bench_latency(args: argparse.Namespace, workdir: Path, rate: float, linger_ms: int,
+                  seconds: float, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Each configuration `--latency-repeats` times, alternating; percentiles over the pooled
+    samples of its runs, and each run's own figures."""
+    pooled: dict[str, list[float]] = {name: [] for name, _, _ in LATENCY_CONFIGS}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in LATENCY_CONFIGS}
+    for repeat in range(args.latency_repeats):
+        for name, via_kiln, acks in LATENCY_CONFIGS:
+            result, samples = latency_once(args, workdir, name, via_kiln, acks, rate, linger_ms,
+                                           seconds)
+            pooled[name] += samples
+            runs[name].append(result)
+            log(f"latency {name:15} #{repeat + 1} @{result['achieved_rate']:>8,}/s linger "
+                f"{linger_ms}: p50 {result['p50_ms']} p99 {result['p99_ms']} "
+                f"p99.9 {result['p999_ms']} ms")
     out = []
-    for name, via_kiln, acks in (("kiln_acks1", True, "1"), ("direct_acks1", False, "1"),
-                                 ("direct_acksall", False, "all")):
-        stack = Stack.start(workdir, kiln_delay_ms=args.ingest_delay_ms if via_kiln else None,
-                            patch=not args.no_patch)
-        try:
-            topic = new_topic_name(name.replace("_", "-"))
-            create_topic(stack.endpoint, topic)
-            result = paced_latency(stack.endpoint, topic, acks, rate, args.latency_seconds,
-                                   bytes(100))
-            result["name"] = name
-            if stack.kiln is not None:
-                stack.stop_kiln()
-                result["kiln_log_problems"] = stack.kiln_problems[:10]
-            out.append(result)
-            log(f"latency {name:15} @{result['achieved_rate']:>8,}/s: p50 {result['p50_ms']} "
-                f"p99 {result['p99_ms']} p99.9 {result['p999_ms']} ms")
-        finally:
-            stack.close()
+    for name, _, acks in LATENCY_CONFIGS:
+        out.append({"name": name, "acks": acks,
+                    "achieved_rate": round(statistics.fmean(r["achieved_rate"]
+                                                            for r in runs[name])),
+                    "errors": sum(r["errors"] for r in runs[name]),
+                    **latency_stats(pooled[name]), "runs": runs[name]})
     return out
 
 
 def bench_end_to_end(args: argparse.Namespace, workdir: Path, log: Callable[[str], None]
                      ) -> dict[str, Any]:
+    """Produce `count` records through Kiln (short delay) as fast as possible; a second
+    thread reads the broker's high watermark every 100 ms until all of them are there."""
     count = args.e2e_records
     stack = Stack.start(workdir, kiln_delay_ms=args.e2e_delay_ms, patch=not args.no_patch)
     try:
         assert stack.kiln is not None and stack.broker is not None and stack.redis is not None
+        kiln, broker_bootstrap = stack.kiln, stack.broker.bootstrap
         topic = new_topic_name("e2e")
         create_topic(stack.endpoint, topic)
-        kiln_pid, redis_pid, broker_pid = stack.kiln.pid, stack.redis.pid, stack.broker.pid
-        cpu0 = (proc_cpu_s(kiln_pid), proc_cpu_s(redis_pid), proc_cpu_s(broker_pid))
+        kiln_pid, redis_pid, broker_pid = kiln.pid, stack.redis.pid, stack.broker.pid
+        window = CpuWindow(kiln=kiln_pid, redis=redis_pid, broker=broker_pid)
+        timeline: list[tuple[float, int]] = []
+        finished = threading.Event()
         started = time.perf_counter()
+
+        def watch() -> None:
+            high = 0
+            deadline = started + args.e2e_timeout
+            while high < count and time.perf_counter() < deadline and not finished.is_set():
+                with contextlib.suppress(OSError, BenchError):
+                    high = fetch_high_watermark(broker_bootstrap, topic, offset=high)
+                timeline.append((time.perf_counter() - started, high))
+                kiln.sample_rss()
+                if high < count:
+                    time.sleep(0.1)
+            finished.set()
+
+        watcher = threading.Thread(target=watch, name="bench-watermark", daemon=True)
+        watcher.start()
         result = produce_n(stack.endpoint, topic, count, bytes(100), "1")
         produced_s = time.perf_counter() - started
-        high = fetch_high_watermark(stack.broker.bootstrap, topic)
-        hardened_at_flush = high
-        deadline = time.perf_counter() + args.e2e_timeout
-        while high < count and time.perf_counter() < deadline:
-            stack.kiln.sample_rss()
-            time.sleep(0.01)
-            high = fetch_high_watermark(stack.broker.bootstrap, topic, offset=high)
-        done_s = time.perf_counter() - started
-        cpu = (proc_cpu_s(kiln_pid) - cpu0[0], proc_cpu_s(redis_pid) - cpu0[1],
-               proc_cpu_s(broker_pid) - cpu0[2])
+        hardened_at_produce_end = timeline[-1][1] if timeline else 0
+        finished.wait(args.e2e_timeout + 5)
+        finished.set()
+        watcher.join(5)
+        done_s, high = timeline[-1] if timeline else (produced_s, 0)
+        cpu = window.stop()
         memory = redis_memory(stack.redis.url)
-        stack.stop_kiln()
+        code, stop_s = stack.stop_kiln(timeout_s=30)
+        every = max(1, len(timeline) // 40)
         out = {
             "records": count, "value_bytes": 100, "harden_delay_ms": args.e2e_delay_ms,
             "produce_seconds": round(produced_s, 3),
             "produce_records_per_s": round(count / produced_s),
-            "hardened_at_produce_end": hardened_at_flush,
+            "hardened_at_produce_end": hardened_at_produce_end,
             "hardened": high,
             "seconds_to_all_hardened": round(done_s, 3),
             "end_to_end_records_per_s": round(count / done_s) if high >= count else None,
             "delivery_errors": result["errors"],
-            "kiln_cpu_s": round(cpu[0], 2), "redis_cpu_s": round(cpu[1], 2),
-            "broker_cpu_s": round(cpu[2], 2),
-            "kiln_peak_rss_mb": round(stack.kiln.peak_rss_kb / 1024, 1),
+            **cpu,
+            "kiln_peak_rss_mb": round(kiln.peak_rss_kb / 1024, 1),
             "redis_used_memory_peak_mb": round(memory["used_memory_peak"] / 2**20, 1),
+            "kiln_sigterm_exit_code": code, "kiln_sigterm_seconds": round(stop_s, 2),
+            "hardened_timeline": [[round(t, 2), h] for t, h in timeline[::every]
+                                  + ([timeline[-1]] if timeline else [])],
             "kiln_log_problems": stack.kiln_problems[:10],
             "ok": high == count and result["errors"] == 0,
         }
-        log(f"end-to-end: {count:,} records hardened in {done_s:.2f} s "
+        log(f"end-to-end: {high:,} of {count:,} records hardened after {done_s:.2f} s "
             f"({out['end_to_end_records_per_s'] or 0:,}/s; produce alone {produced_s:.2f} s)")
         return out
     finally:
@@ -581,15 +681,38 @@ def bench_end_to_end(args: argparse.Namespace, workdir: Path, log: Callable[[str
 # --- output ---------------------------------------------------------------------------------
 
 def tool_versions() -> dict[str, str]:
+    ck_version: Any = confluent_kafka.version()  # a str here; documented as (str, int)
     versions = {"python": platform.python_version(),
-                "confluent_kafka": confluent_kafka.version()[0],
+                "confluent_kafka": str(ck_version[0] if isinstance(ck_version, tuple)
+                                       else ck_version),
                 "librdkafka": confluent_kafka.libversion()[0],
                 "redis_py": redis.__version__}
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         line = subprocess.run(["redis-server", "--version"], capture_output=True, text=True,
                               timeout=10).stdout
         versions["redis_server"] = line.split("v=")[1].split()[0] if "v=" in line else line
+    with contextlib.suppress(OSError, subprocess.SubprocessError, RuntimeError):
+        line = subprocess.run([str(tansu_binary()), "--version"], capture_output=True,
+                              text=True, timeout=10).stdout
+        versions["tansu"] = line.split()[-1] if line.strip() else "?"
     return versions
+
+
+def kiln_source() -> dict[str, Any]:
+    """The commit measured, and whether the working tree differed from it."""
+    def git(*cmd: str) -> str:
+        return subprocess.run(["git", *cmd], cwd=REPO, capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+    try:
+        return {"commit": git("rev-parse", "--short", "HEAD"),
+                "uncommitted_changes": bool(git("status", "--porcelain", "--", "proxy", "storage",
+                                                "cli"))}
+    except (OSError, subprocess.SubprocessError):
+        return {}
+
+
+def fmt(values: list[Any]) -> str:
+    return "/".join(str(v) for v in values)
 
 
 def table(doc: dict[str, Any]) -> str:
@@ -608,7 +731,9 @@ def table(doc: dict[str, Any]) -> str:
             f"{'' if row['all_ok'] else '   SOME RUNS NOT OK'}")
     lines.append("")
     for block in doc["latency"]:
-        lines.append(f"latency @ {block['target_rate']:,} msg/s target, 100 B, linger.ms=0")
+        lines.append(f"latency, {block['scenario']}: {block['target_rate']:,} msg/s target, "
+                     f"100 B, linger.ms={block['linger_ms']}, {block['repeats']} x "
+                     f"{block['seconds_per_run']:g} s per config, pooled")
         lines.append(f"  {'':16} {'achieved/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9}"
                      f" {'max ms':>8}")
         for r in block["runs"]:
@@ -619,14 +744,26 @@ def table(doc: dict[str, Any]) -> str:
                      f"{t['direct_acksall_p99_ms']} ms (ratio {t['ratio']})")
     e = doc["end_to_end"]
     lines.append("")
-    lines.append(f"end-to-end: {e['records']:,} x 100 B, delay {e['harden_delay_ms']} ms: all "
-                 f"hardened after {e['seconds_to_all_hardened']} s = "
+    lines.append(f"end-to-end: {e['records']:,} x 100 B, delay {e['harden_delay_ms']} ms: "
+                 f"{e['hardened']:,} hardened after {e['seconds_to_all_hardened']} s = "
                  f"{e['end_to_end_records_per_s'] or 0:,} rec/s "
                  f"({e['ratio_to_direct_ingest']} of direct ingest); produce alone "
                  f"{e['produce_records_per_s']:,} rec/s")
     m = doc["memory"]
     lines.append(f"memory: Kiln peak RSS {m['kiln_peak_rss_mb_max']} MB, Redis used_memory_peak "
                  f"{m['redis_used_memory_peak_mb_max']} MB (max over Kiln ingest runs)")
+    for row in doc["ingest"]:
+        runs = row["kiln"]["runs"]
+        lines.append(f"  {row['value_bytes']:>4} B: Kiln CPU {fmt([r['kiln_cpu_s'] for r in runs])}"
+                     f" s, Redis CPU {fmt([r['redis_cpu_s'] for r in runs])} s per run; idle "
+                     f"after the run: Kiln {fmt([r['kiln_idle_cpu_pct'] for r in runs])} %, "
+                     f"Redis {fmt([r['redis_idle_cpu_pct'] for r in runs])} % CPU")
+    o = doc["other_load"]
+    lines.append(f"other processes used {o['total_cpu_s']} CPU-s during the "
+                 f"{o['measured_seconds']} s measured (max {o['max_in_one_window_cpu_s']} in one "
+                 f"run)")
+    if doc.get("kiln_api_versions_patch"):
+        lines.append("Kiln ran with bench/kiln_server.py's ApiVersions patch (Fetch listed)")
     return "\n".join(lines)
 
 
@@ -642,22 +779,41 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="Kiln harden delay during ingest and latency runs")
     parser.add_argument("--idle-seconds", type=float, default=1.0,
                         help="after each Kiln ingest run, CPU is measured this long")
-    parser.add_argument("--latency-seconds", type=float)
+    parser.add_argument("--latency-seconds", type=float, help="per batched latency run")
+    parser.add_argument("--latency-repeats", type=int, help="runs per latency configuration")
     parser.add_argument("--latency-rate", type=float,
-                        help="paced rate; default: half the median Kiln 100 B ingest rate")
-    parser.add_argument("--low-rate", type=float, default=2000,
-                        help="a second, low paced rate (0: skip)")
-    parser.add_argument("--e2e-records", type=int)
+                        help="batched latency rate (msg/s); default: half the median Kiln "
+                             "100 B ingest rate")
+    parser.add_argument("--latency-linger-ms", type=int, default=5,
+                        help="linger.ms of the batched latency runs (librdkafka's default)")
+    parser.add_argument("--single-rate", type=float, default=200,
+                        help="rate of the single-message latency runs, linger.ms=0 "
+                             "(0: skip them)")
+    parser.add_argument("--single-seconds", type=float, help="per single-message run")
+    parser.add_argument("--e2e-records", type=int, help="records of the end-to-end run")
     parser.add_argument("--e2e-delay-ms", type=int, default=500)
     parser.add_argument("--e2e-timeout", type=float, default=120.0)
+    parser.add_argument("--drain", action="store_true",
+                        help="end each Kiln ingest run with SIGTERM and measure the drain "
+                             "(Kiln hardens everything buffered) instead of SIGKILL")
+    parser.add_argument("--drain-timeout", type=float, default=90.0)
     parser.add_argument("--no-patch", action="store_true",
                         help="run Kiln without the ApiVersions patch (see bench/kiln_server.py)")
     parser.add_argument("--keep-logs", action="store_true", help="keep Kiln's log files")
     args = parser.parse_args(argv)
-    defaults = ({"records": 200_000, "records_1k": 40_000, "repeats": 1, "latency_seconds": 2.0,
-                 "e2e_records": 200_000} if args.quick else
+    shown = list(sys.argv[1:] if argv is None else argv)
+    for i, arg in enumerate(shown):  # keep file names out of the recorded command
+        if arg == "--output" and i + 1 < len(shown):
+            shown[i + 1] = "FILE"
+        elif arg.startswith("--output="):
+            shown[i] = "--output=FILE"
+    args.argv = shown
+    quick = {"records": 200_000, "records_1k": 40_000, "repeats": 1, "latency_seconds": 2.0,
+             "single_seconds": 3.0, "latency_repeats": 1, "e2e_records": 200_000}
+    defaults = (quick if args.quick else
                 {"records": 1_000_000, "records_1k": 200_000, "repeats": 3,
-                 "latency_seconds": 5.0, "e2e_records": 2_000_000})
+                 "latency_seconds": 3.0, "single_seconds": 5.0, "latency_repeats": 2,
+                 "e2e_records": 1_000_000})
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -669,7 +825,8 @@ def run(args: argparse.Namespace, workdir: Path, log: Callable[[str], None]) -> 
     doc: dict[str, Any] = {
         "benchmark": "bench.produce",
         "date": datetime.date.today().isoformat(),
-        "command": "python -m bench.produce" + (" --quick" if args.quick else ""),
+        "command": " ".join(["python -m bench.produce", *args.argv]),
+        "kiln_source": kiln_source(),
         "machine": {
             "cpus": os.cpu_count(),
             "note": f"{os.cpu_count()} cores shared by the producer, Kiln, Redis and the broker "
@@ -686,17 +843,20 @@ def run(args: argparse.Namespace, workdir: Path, log: Callable[[str], None]) -> 
     }
     doc["ingest"] = bench_ingest(args, workdir, log)
     kiln_peak = doc["ingest"][0]["kiln"]["records_per_s"]["median"]
-    rates = [args.latency_rate or kiln_peak / 2]
-    if args.low_rate:
-        rates.append(args.low_rate)
+    scenarios = [("batched", args.latency_rate or kiln_peak / 2, args.latency_linger_ms,
+                  args.latency_seconds)]
+    if args.single_rate:
+        scenarios.append(("single", args.single_rate, 0, args.single_seconds))
     doc["latency"] = []
-    for rate in rates:
-        runs = bench_latency(args, workdir, rate, log)
+    for scenario, rate, linger_ms, seconds in scenarios:
+        runs = bench_latency(args, workdir, rate, linger_ms, seconds, log)
         by_name = {r["name"]: r for r in runs}
         kiln_p99 = by_name["kiln_acks1"]["p99_ms"]
         all_p99 = by_name["direct_acksall"]["p99_ms"]
         doc["latency"].append({
-            "target_rate": round(rate), "runs": runs,
+            "scenario": scenario, "target_rate": round(rate), "linger_ms": linger_ms,
+            "seconds_per_run": seconds, "repeats": args.latency_repeats, "value_bytes": 100,
+            "runs": runs,
             "target": {"kiln_acks1_p99_ms": kiln_p99, "direct_acksall_p99_ms": all_p99,
                        "ratio": round(kiln_p99 / all_p99, 2) if all_p99 else None,
                        "kiln_at_or_below_direct_acksall": kiln_p99 <= all_p99},
@@ -715,6 +875,19 @@ def run(args: argparse.Namespace, workdir: Path, log: Callable[[str], None]) -> 
                       "redis_used_memory_peak_mb": [r["redis_used_memory_peak_mb"]
                                                     for r in row["kiln"]["runs"]]}
                      for row in doc["ingest"]],
+    }
+    windows = ([r for row in doc["ingest"] for t in ("kiln", "direct") for r in row[t]["runs"]]
+               + [r for block in doc["latency"] for c in block["runs"] for r in c["runs"]]
+               + [e2e])
+    doc["other_load"] = {
+        "note": "CPU seconds used by processes outside this benchmark during the measured "
+                "windows (other work on the machine competing for the cores; ideally ~0), "
+                "and irq/softirq time (loopback networking, charged to no process)",
+        "irq_cpu_s": round(sum(w["irq_cpu_s"] for w in windows), 2),
+        "total_cpu_s": round(sum(w["other_cpu_s"] for w in windows), 2),
+        "max_in_one_window_cpu_s": max(w["other_cpu_s"] for w in windows),
+        "measured_seconds": round(sum(w["seconds"] if "seconds" in w else
+                                      w["seconds_to_all_hardened"] for w in windows), 1),
     }
     patched = any(r.get("kiln_api_versions_patched") for r in kiln_runs)
     doc["kiln_api_versions_patch"] = (
@@ -736,6 +909,7 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with it ignored
     workdir = Path(tempfile.mkdtemp(prefix="kiln-bench-"))
     try:
         doc = run(args, workdir, log)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from storage.acks import HardenedWaiters
 from storage.catalog import Catalog
+from storage.clock import wall_clock_ms
 from storage.errors import BufferUnavailable, Fenced, StorageError
 from storage.hardened_store import HardenedPartitionWriter
 from storage.kafka.client import KafkaClient
@@ -36,17 +37,15 @@ from storage.topics import HardenPolicy
 log = logging.getLogger(__name__)
 
 
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 @dataclass(frozen=True, slots=True)
 class HardenerSettings:
     owner: str
     tick_s: float = 0.05
     read_limit_bytes: int = 4 * 1024 * 1024
     max_batch_bytes: int = 1_000_000
-    lease_ms: int = 10_000
+    # After a crash the successor waits this long for the dead process's lease; Kafka-side
+    # fencing, not the lease, is what keeps a paused process from writing.
+    lease_ms: int = 4_000
     max_backoff_s: float = 5.0
     topic_scan_s: float = 1.0
 

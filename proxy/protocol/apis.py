@@ -93,21 +93,19 @@ CLIENT_APIS: dict[int, ApiSpec] = {
         _spec(
             ApiKey.LIST_OFFSETS, 1, 8, consumer.ListOffsetsRequest, consumer.ListOffsetsResponse
         ),
+        # librdkafka compresses with lz4 only for brokers that offer FindCoordinator.
+        _spec(
+            ApiKey.FIND_COORDINATOR,
+            0,
+            4,
+            metadata.FindCoordinatorRequest,
+            metadata.FindCoordinatorResponse,
+        ),
     )
 }
 
-# Every API Kiln may send to the hardened store (a superset of what it serves).
-UPSTREAM_APIS: dict[int, ApiSpec] = {
-    **CLIENT_APIS,
-    # The hardened store finds the transaction coordinator of its fencing ids with it.
-    ApiKey.FIND_COORDINATOR: _spec(
-        ApiKey.FIND_COORDINATOR,
-        0,
-        4,
-        metadata.FindCoordinatorRequest,
-        metadata.FindCoordinatorResponse,
-    ),
-}
+# Every API Kiln may send to the hardened store; today the same set it serves.
+UPSTREAM_APIS: dict[int, ApiSpec] = dict(CLIENT_APIS)
 
 
 def is_flexible(spec: ApiSpec, version: int) -> bool:

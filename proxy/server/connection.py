@@ -31,7 +31,7 @@ class Connection:
         self._reader = reader
         self._writer = writer
         self._peer = writer.get_extra_info("peername")
-        self._pending: asyncio.Queue[asyncio.Future[bytes | None] | None] = asyncio.Queue(
+        self._pending: asyncio.Queue[asyncio.Future[bytes | None]] = asyncio.Queue(
             ctx.settings.max_in_flight_per_connection
         )
 
@@ -43,7 +43,11 @@ class Connection:
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
-            await self._pending.put(None)
+            # The peer is gone or the connection is being closed: answers still waiting
+            # (assured produces) have nobody to go to; their records stay appended.
+            sender.cancel()
+            while not self._pending.empty():
+                self._pending.get_nowait().cancel()
             await asyncio.gather(sender, return_exceptions=True)
             self._ctx.counters.connections -= 1
             self._writer.close()
@@ -86,10 +90,7 @@ class Connection:
 
     async def _send_in_order(self) -> None:
         while True:
-            fut = await self._pending.get()
-            if fut is None:
-                return
-            frame = await fut
+            frame = await (await self._pending.get())
             if frame is None:
                 continue
             self._writer.write(frame)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -11,6 +10,7 @@ from storage.acks import HardenedWaiters
 from storage.appends import AppendSignals
 from storage.budget import BufferBudget
 from storage.catalog import Catalog
+from storage.clock import wall_clock_ms
 from storage.log_queue import LogQueue
 
 
@@ -22,10 +22,6 @@ class ServerSettings:
     cluster_id: str = "kiln"
     max_frame_bytes: int = 100 * 1024 * 1024
     max_in_flight_per_connection: int = 64
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass

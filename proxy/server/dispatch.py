@@ -14,6 +14,7 @@ from proxy.server.handlers import (
     api_versions,
     create_topics,
     fetch,
+    find_coordinator,
     init_producer_id,
     list_offsets,
     metadata,
@@ -34,6 +35,7 @@ HANDLERS: dict[int, tuple[Handler, ErrorBuilder | None]] = {
     ApiKey.CREATE_TOPICS: (create_topics.handle, create_topics.error_response),
     ApiKey.FETCH: (fetch.handle, fetch.error_response),
     ApiKey.LIST_OFFSETS: (list_offsets.handle, None),
+    ApiKey.FIND_COORDINATOR: (find_coordinator.handle, None),
 }
 
 

@@ -48,5 +48,7 @@ class Listener:
         self._connections.add(task)
         try:
             await Connection(self._ctx, reader, writer).serve()
+        except asyncio.CancelledError:
+            pass  # Kiln is closing; this task ends here (asyncio would log the cancel)
         finally:
             self._connections.discard(task)

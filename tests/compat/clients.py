@@ -21,10 +21,13 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin import NewTopic as AioNewTopic
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.admin import NewTopic as ConfluentNewTopic
+from confluent_kafka.admin import NewTopic as ConfluentNewTopic  # type: ignore[attr-defined]
 from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient
 from kafka.admin import NewTopic as KafkaPythonNewTopic
+from kafka.protocol.consumer import FetchRequest, FetchResponse
+
+from tests.raw_client import RawClient
 
 KILN_OFFSET = "kiln.offset"
 BASE_TIMESTAMP_MS = 1_700_000_000_000
@@ -181,13 +184,12 @@ def produce_confluent(bootstrap: str, topic: str, records: Sequence[Record],
         producer.poll(0)
     remaining = producer.flush(30)
     assert remaining == 0, f"{remaining} records still undelivered"
-    errors = [(i, rep[0]) for i, rep in enumerate(reports) if rep is None or rep[0] is not None]
+    missing = [i for i, rep in enumerate(reports) if rep is None]
+    assert not missing, f"{len(missing)} records without a delivery report"
+    done = [rep for rep in reports if rep is not None]
+    errors = [(i, rep[0]) for i, rep in enumerate(done) if rep[0] is not None]
     assert not errors, f"{len(errors)} failed deliveries, first: {errors[:3]}"
-    out = []
-    for rep in reports:
-        assert rep is not None
-        out.append(Delivered(rep[1], None if case.acks == 0 else rep[2]))
-    return out
+    return [Delivered(rep[1], None if case.acks == 0 else rep[2]) for rep in done]
 
 
 PRODUCERS: dict[str, ProduceFn] = {
@@ -266,18 +268,49 @@ def read_hardened(kafka_bootstrap: str, topic: str, partitions: int,
         while len(at_end) < partitions and time.monotonic() < deadline:
             for msg in consumer.consume(1000, 0.5):
                 err = msg.error()
+                partition = msg.partition()
+                assert partition is not None
                 if err is not None:
                     if err.code() == confluent_kafka.KafkaError._PARTITION_EOF:
-                        at_end.add(msg.partition())
+                        at_end.add(partition)
                         continue
                     raise AssertionError(f"reading {topic}: {err}")
                 _kind, ts = msg.timestamp()
-                out[msg.partition()].append(Hardened(
-                    msg.partition(), msg.key(), msg.value(), tuple(msg.headers() or ()), ts))
+                headers: Any = msg.headers() or ()
+                out[partition].append(Hardened(partition, msg.key(), msg.value(),
+                                               tuple(headers), ts))
     finally:
         consumer.close()
     assert len(at_end) == partitions, f"end of {topic} not reached: {sorted(at_end)}"
     return out
+
+
+CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def hardened_codecs(kafka_bootstrap: str, topic: str, partition: int) -> list[int]:
+    """The compression codec of each record batch of a partition, from a raw Fetch to the
+    broker (client libraries do not show batch attributes)."""
+    fetch = FetchRequest[4](
+        replica_id=-1, max_wait_ms=10, min_bytes=1, max_bytes=1 << 24, isolation_level=0,
+        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
+            FetchRequest.FetchTopic.FetchPartition(partition=partition, fetch_offset=0,
+                                                   partition_max_bytes=1 << 24)])])
+    client = RawClient(kafka_bootstrap)
+    try:
+        answer = client.request(fetch, 4, FetchResponse).responses[0].partitions[0]
+    finally:
+        client.close()
+    assert answer.error_code == 0, answer
+    data = bytes(answer.records or b"")
+    codecs = []
+    position = 0
+    while position + 61 <= len(data):  # whole v2 batch headers
+        (length,) = struct.unpack_from(">i", data, position + 8)
+        (attributes,) = struct.unpack_from(">h", data, position + 21)
+        codecs.append(attributes & 0x07)
+        position += 12 + length
+    return codecs
 
 
 def expected_by_partition(records: Sequence[Record], delivered: Sequence[Delivered],

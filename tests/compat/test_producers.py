@@ -4,10 +4,11 @@ Kafka topic, directly from the broker.
 For every case: each acknowledged record is there exactly once, in send order, in the
 partition the client was told, with key, value, headers and timestamp intact, plus a
 `kiln.offset` header equal to the offset the client was given (acks=0: the client is given
-none, so the Kiln offsets must run 0..n-1).
+none, so the Kiln offsets must run 0..n-1). The codec cases also check, with a raw Fetch,
+that the hardened batches carry the codec the client was configured with.
 
 Matrix: every codec a client supports x every client at acks=1; acks 0 / all x idempotence
-off / on for each client (one codec; no client allows idempotence without acks=all); a
+off / on for each client (one codec; every client refuses idempotence unless acks=all); a
 3-partition topic created through Kiln with each client's admin API, records spread by key.
 kafka-python is left out for snappy: it needs python-snappy, which is not installed (it
 refuses to build the producer).
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 import pytest
 
 from tests.compat.clients import (
+    CODEC_IDS,
     CREATE_TOPIC,
     PRODUCERS,
     Delivered,
@@ -30,6 +32,7 @@ from tests.compat.clients import (
     as_read,
     as_sent,
     expected_by_partition,
+    hardened_codecs,
     kafka_partition_count,
     make_records,
     read_hardened,
@@ -37,18 +40,6 @@ from tests.compat.clients import (
 from tests.kiln_harness import RunningKiln
 
 N_RECORDS = 200
-
-# Kiln bug, see the report: ApiVersions lists no Fetch (nor FindCoordinator, ListOffsets...).
-# librdkafka enables message format v2 only when the broker has Produce >= 3 AND Fetch >= 4
-# (MsgVer1: Produce >= 2 and Fetch >= 2; ZSTD: Produce >= 7 and Fetch >= 10), so it falls
-# back to v0 message sets, which Kiln refuses: several records -> UNSUPPORTED_FOR_MESSAGE_FORMAT
-# (non-retriable), one record (< 61 bytes) -> CORRUPT_MESSAGE, retried until the message
-# timeout; acks=0 records are reported delivered and silently dropped.
-LIBRDKAFKA_NEEDS_FETCH = pytest.mark.xfail(
-    strict=True,
-    reason="Kiln does not advertise Fetch in ApiVersions, so librdkafka sends v0 message "
-           "sets, which Kiln rejects (error 43) or drops (acks=0)",
-)
 
 CODECS = {
     "kafka-python": ["none", "gzip", "lz4", "zstd"],
@@ -58,8 +49,7 @@ CODECS = {
 
 
 def _client_param(client: str, *values: object) -> object:
-    marks = [LIBRDKAFKA_NEEDS_FETCH] if client == "confluent-kafka" else []
-    return pytest.param(client, *values, marks=marks, id="-".join(map(str, (client, *values))))
+    return pytest.param(client, *values, id="-".join(map(str, (client, *values))))
 
 
 def harden_and_read(kiln: RunningKiln, kafka_bootstrap: str, topic: str, partitions: int,
@@ -82,13 +72,14 @@ def assert_hardened_as_sent(records: Sequence[Record], delivered: Sequence[Deliv
     expected = expected_by_partition(records, delivered, partitions)
     for partition in range(partitions):
         sent = expected[partition]
-        offsets = [offset for _, offset in sent]
+        reported = [offset for _, offset in sent]
+        # A fresh topic: Kiln offsets run from 0, one per record. With acks=0 the client is
+        # told none, so the hardened ones must simply be contiguous from 0.
+        offsets = list(range(len(sent)))
         if acks_zero:
-            assert offsets == [None] * len(sent)
-            offsets = list(range(len(sent)))  # not reported: must be contiguous from 0
+            assert reported == [None] * len(sent)
         else:
-            # A fresh topic: Kiln offsets run from 0, one per record.
-            assert offsets == list(range(len(sent))), f"partition {partition}"
+            assert reported == offsets, f"partition {partition}"
         want = [as_sent(record, offset) for (record, _), offset in zip(sent, offsets,
                                                                        strict=True)]
         got = [as_read(h) for h in hardened[partition]]
@@ -111,6 +102,13 @@ def test_every_codec_is_hardened_intact(kiln: RunningKiln, kafka_bootstrap: str,
     # Then
     hardened = harden_and_read(kiln, kafka_bootstrap, unique_topic, 1, N_RECORDS)
     assert_hardened_as_sent(records, delivered, hardened, 1, acks_zero=False)
+    # Kiln hardens with the codec of the client's batches (a batch that would not shrink is
+    # left uncompressed), so this also shows the client really compressed what it sent.
+    codecs = hardened_codecs(kafka_bootstrap, unique_topic, 0)
+    assert codecs, "no batch fetched"
+    assert set(codecs) <= {0, CODEC_IDS[compression]}, codecs
+    if compression != "none":
+        assert CODEC_IDS[compression] in codecs, codecs
 
 
 @pytest.mark.parametrize(("client", "acks", "idempotence"), [

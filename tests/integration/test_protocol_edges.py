@@ -85,7 +85,7 @@ def test_api_versions_unknown_version_answers_v0_with_error_35(kiln: RunningKiln
     assert struct.unpack_from(">i", frame)[0] == 12
     answer = ApiVersionsResponse.decode(frame[4:], version=0)
     assert answer.error_code == ErrorCode.UNSUPPORTED_VERSION
-    produce = [k for k in answer.api_keys if k.api_key == 0][0]
+    produce = next(k for k in answer.api_keys if k.api_key == 0)
     assert (produce.min_version, produce.max_version) == (0, 11)
 
 

@@ -1,0 +1,116 @@
+"""Kiln as a real child process (`kiln serve`), so it can be killed with SIGKILL and started
+again on the same port, as an operator's supervisor would."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+from cli.local_services import kafka_broker_answers
+
+
+def kiln_executable() -> str:
+    """The `kiln` console script of the running interpreter's environment."""
+    beside = Path(sys.executable).with_name("kiln")
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("kiln")
+    if found is None:
+        raise RuntimeError("the `kiln` console script is not installed (pip install -e .)")
+    return found
+
+
+class KilnProcess:
+    """One `kiln serve` child at a time on a fixed port; every start appends to one log."""
+
+    def __init__(self, port: int, redis_url: str, kafka_bootstrap: str, harden_delay_ms: int,
+                 log_path: Path) -> None:
+        self.port = port
+        self.bootstrap = f"127.0.0.1:{port}"
+        self._command = [
+            kiln_executable(), "serve",
+            "--listen", self.bootstrap,
+            "--redis-url", redis_url,
+            "--kafka-bootstrap", kafka_bootstrap,
+            "--harden-delay-ms", str(harden_delay_ms),
+        ]  # fmt: skip
+        # No inherited KILN_* setting may change what the flags say.
+        self._env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
+        self.log_path = log_path
+        self._log: IO[bytes] | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log_start = 0
+        self.starts = 0
+
+    @property
+    def pid(self) -> int | None:
+        if self._proc is None or self._proc.poll() is not None:
+            return None
+        return self._proc.pid
+
+    def start(self, timeout_s: float = 20) -> None:
+        assert self.pid is None, "already running"
+        if self._log is None:
+            self._log = self.log_path.open("ab")
+        self._log.flush()
+        self._log_start = self.log_path.stat().st_size
+        self._proc = subprocess.Popen(self._command, stdin=subprocess.DEVNULL, stdout=self._log,
+                                      stderr=subprocess.STDOUT, env=self._env,
+                                      start_new_session=True)
+        self.starts += 1
+        deadline = time.monotonic() + timeout_s
+        while not kafka_broker_answers("127.0.0.1", self.port, 0.5):
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"kiln exited with {self._proc.returncode}:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"kiln did not answer on {self.bootstrap}:\n{self.log_tail()}")
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, nothing is flushed or released."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+    def terminate(self, timeout_s: float = 90) -> int:
+        """SIGTERM (a planned shutdown, which hardens what is buffered); the exit code."""
+        proc = self._proc
+        assert proc is not None
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+        return proc.wait(timeout_s)
+
+    def stop(self) -> None:
+        """For finally blocks: whatever state it is in, no child is left running."""
+        try:
+            self.kill()
+        finally:
+            if self._log is not None:
+                self._log.close()
+                self._log = None
+
+    def current_log(self) -> str:
+        """What the running (or last) process has logged so far."""
+        with self.log_path.open("rb") as fh:
+            fh.seek(self._log_start)
+            return fh.read().decode("utf-8", errors="replace")
+
+    def wait_for_log(self, text: str, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if text in self.current_log():
+                return True
+            if self.pid is None:
+                return False
+            time.sleep(0.02)
+        return False
+
+    def log_tail(self, limit: int = 4000) -> str:
+        return self.current_log()[-limit:]
