@@ -283,7 +283,7 @@ class Stack:
 
     def close(self) -> None:
         try:
-            self.stop_kiln()
+            self.stop_kiln(timeout_s=5.0)
         finally:
             for service in (self.broker, self.redis):
                 if service is not None:

@@ -44,6 +44,8 @@ _SEQUENCE_MODULUS = 1 << 31
 _TAIL_FETCH_BYTES = 4 * 1024 * 1024
 _MAX_TAIL_FETCH_BYTES = 64 * 1024 * 1024
 _TAIL_WINDOW_GROWTH = 8
+# Only the hardener should write to a hardened topic; how far back to look past others' writes.
+_MAX_LOOK_BACK_RECORDS = 1_000_000
 
 
 def fencing_id(topic: str, partition: int) -> str:
@@ -247,7 +249,7 @@ async def resume_offset(client: KafkaClient, topic: str, partition: int) -> int 
     """The Kiln offset after the last Kiln record in a Kafka partition (None if it holds
     none), looking further back (in growing windows) past any records that carry none.
     Read-only: it fences nobody."""
-    end = await client.high_watermark(topic, partition)
+    high_watermark = end = await client.high_watermark(topic, partition)
     span = 1
     while end > 0:
         start = max(0, end - span)
@@ -255,6 +257,11 @@ async def resume_offset(client: KafkaClient, topic: str, partition: int) -> int 
         if found is not None:
             return found + 1
         if start <= log_start:
+            return None
+        if high_watermark - start >= _MAX_LOOK_BACK_RECORDS:
+            # A topic Kiln never wrote to (or that others wrote to since): do not read it all.
+            log.warning("%s[%d]: no Kiln record in the last %d records; treating the "
+                        "partition as holding none", topic, partition, high_watermark - start)
             return None
         end = start
         span *= _TAIL_WINDOW_GROWTH

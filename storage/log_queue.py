@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError, RedisError
 
 from proxy.protocol.batch import read_header
 from proxy.protocol.errors import ErrorCode
@@ -142,6 +143,30 @@ end
 return 0
 """
 
+# Entries from ARGV[1] on, stopping before ARGV[2] bytes of batch data are exceeded (at
+# least one entry) or at ARGV[3] entries: reads never move more than a reader can use.
+_READ_RANGE = """
+local key, start = KEYS[1], ARGV[1]
+local limit, most = tonumber(ARGV[2]), tonumber(ARGV[3])
+local out, size = {}, 0
+while #out < most do
+  local entries = redis.call('XRANGE', key, start, '+', 'COUNT', 16)
+  if #entries == 0 then break end
+  for _, e in ipairs(entries) do
+    local f, len = e[2], 0
+    for j = 1, #f, 2 do
+      if f[j] == 'd' then len = string.len(f[j + 1]) end
+    end
+    if #out > 0 and size + len > limit then return out end
+    out[#out + 1] = e
+    size = size + len
+    if #out >= most then return out end
+  end
+  start = '(' .. entries[#entries][1]
+end
+return out
+"""
+
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -190,6 +215,7 @@ class LogQueue:
         self._lease = redis.register_script(_LEASE)
         self._release = redis.register_script(_RELEASE)
         self._initialize = redis.register_script(_INITIALIZE)
+        self._read_range = redis.register_script(_READ_RANGE)
 
     @classmethod
     def from_url(cls, url: str) -> LogQueue:
@@ -210,17 +236,15 @@ class LogQueue:
 
     async def append(self, requests: Sequence[AppendRequest], now_ms: int) -> list[AppendResult]:
         """Append every partition's batches in one round trip (one script per partition)."""
-        if not requests:
-            return []
+        calls: list[tuple[list[str], list[bytes | int]]] = []
+        for req in requests:
+            args: list[bytes | int] = [now_ms, int(req.reliability), len(req.batches)]
+            for data, count, pid, epoch, seq in req.batches:
+                args += [data, count, pid, epoch, seq]
+            calls.append(([_key(req.tp, "log"), _key(req.tp, "meta"), _key(req.tp, "pids")],
+                          args))
         try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for req in requests:
-                    args: list[bytes | int] = [now_ms, int(req.reliability), len(req.batches)]
-                    for data, count, pid, epoch, seq in req.batches:
-                        args += [data, count, pid, epoch, seq]
-                    keys = [_key(req.tp, "log"), _key(req.tp, "meta"), _key(req.tp, "pids")]
-                    await self._append(keys=keys, args=args, client=pipe)
-                replies = await pipe.execute(raise_on_error=True)
+            replies = await self._run_all(self._append, calls)
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
         return [
@@ -228,23 +252,38 @@ class LogQueue:
             for code, base, dup in replies
         ]
 
+    async def _run_all(self, script: AsyncScript,
+                       calls: Sequence[tuple[list[str], list[bytes | int]]]) -> list[Any]:
+        """Run one script per call in a single round trip.
+
+        redis-py's pipelines ask SCRIPT EXISTS before every execute (an extra round trip on
+        the produce path), so scripts go out as plain EVALSHA and are loaded only when Redis
+        answers NOSCRIPT (after a restart or SCRIPT FLUSH)."""
+        if len(calls) == 1:
+            keys, args = calls[0]
+            return [await script(keys=keys, args=args)]
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for keys, args in calls:
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            replies: list[Any] = await pipe.execute(raise_on_error=False)
+        for i, reply in enumerate(replies):
+            if isinstance(reply, NoScriptError):
+                keys, args = calls[i]
+                replies[i] = await script(keys=keys, args=args)  # loads it, then runs it
+            elif isinstance(reply, Exception):
+                raise reply
+        return replies
+
     async def read(self, tp: TopicPartition, limit_bytes: int, max_batches: int = 1000
                    ) -> list[StoredBatch]:
         """Batches from the start of the partition's log, oldest first, up to limit_bytes
         (at least one batch when any exists)."""
         try:
-            entries = await self._redis.xrange(_key(tp, "log"), "-", "+", count=max_batches)
+            entries = await self._read_range(keys=[_key(tp, "log")],
+                                             args=["-", limit_bytes, max_batches])
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
-        out: list[StoredBatch] = []
-        size = 0
-        for entry_id, fields in entries or []:
-            batch = _stored_batch(entry_id, fields)
-            if out and size + len(batch.data) > limit_bytes:
-                break
-            out.append(batch)
-            size += len(batch.data)
-        return out
+        return [_stored_batch(entry_id, _field_map(fields)) for entry_id, fields in entries]
 
     async def peek_oldest(self, tp: TopicPartition) -> StoredBatch | None:
         try:
@@ -263,10 +302,17 @@ class LogQueue:
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
                 pipe.xrevrange(key, f"{offset}-1", "-", count=1)
-                pipe.xrange(key, f"{offset}-1", "+", count=_READ_BATCHES)
+                pipe.evalsha(self._read_range.sha, 1, key, f"{offset}-1", limit_bytes,
+                             _READ_BATCHES)
                 pipe.xrange(key, "-", "+", count=1)
                 pipe.hgetall(_key(tp, "meta"))
-                before, after, first, meta = await pipe.execute()
+                before, after, first, meta = await pipe.execute(raise_on_error=False)
+            if isinstance(after, NoScriptError):
+                after = await self._read_range(keys=[key],
+                                               args=[f"{offset}-1", limit_bytes, _READ_BATCHES])
+            for reply in (before, after, first, meta):
+                if isinstance(reply, Exception):
+                    raise reply
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
         state = _partition_state(meta)
@@ -277,10 +323,8 @@ class LogQueue:
             if holding.base_offset < offset < holding.next_offset:
                 batches.append(holding)
         size = sum(len(b.data) for b in batches)
-        for entry_id, fields in after or []:
-            batch = _stored_batch(entry_id, fields)
-            if batch.base_offset < offset:
-                continue  # the holding batch, already taken
+        for entry_id, fields in after:
+            batch = _stored_batch(entry_id, _field_map(fields))
             if batches and size + len(batch.data) > limit_bytes:
                 break
             batches.append(batch)
@@ -374,6 +418,13 @@ def _stored_batch(entry_id: Any, fields: Any) -> StoredBatch:
         reliability=Reliability(int(fields[b"l"])),
         data=fields[b"d"],
     )
+
+
+def _field_map(fields: Any) -> Any:
+    """A script returns stream fields as a flat [name, value, ...] list; XRANGE as a dict."""
+    if isinstance(fields, dict):
+        return fields
+    return dict(zip(fields[::2], fields[1::2], strict=True))
 
 
 def _partition_state(raw: Mapping[Any, Any]) -> PartitionState:

@@ -10,6 +10,8 @@ import redis
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
     ApiVersionsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
     MetadataRequest,
     MetadataResponse,
 )
@@ -184,3 +186,17 @@ def test_sequence_gap_and_stale_epoch_are_refused(kiln: RunningKiln, redis_url: 
     assert gap.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     assert stale.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
     assert partition_next_offset(redis_url, unique_topic) == 1
+
+
+@pytest.mark.parametrize("version", [1, 4])
+def test_find_coordinator_says_not_available(kiln: RunningKiln, version: int) -> None:
+    client = RawClient(kiln.bootstrap)
+    fields = {"coordinator_keys": ["group-a"]} if version >= 4 else {"key": "group-a"}
+
+    answer = client.request(FindCoordinatorRequest[version](key_type=0, **fields), version,
+                            FindCoordinatorResponse)
+    client.close()
+
+    codes = ([c.error_code for c in answer.coordinators] if version >= 4
+             else [answer.error_code])
+    assert codes == [ErrorCode.COORDINATOR_NOT_AVAILABLE]
