@@ -139,6 +139,8 @@ class Hardener:
                     )
 
     async def _run_partition(self, tp: TopicPartition) -> None:
+        """Wait until the partition's oldest batch is due, then take the lease, recover the
+        writer if needed (only partitions with work ever fence or read Kafka) and harden."""
         writer: HardenedPartitionWriter | None = None
         skip_below = 0
         backoff = 0.0
@@ -146,6 +148,12 @@ class Hardener:
         idle_s = self._settings.lease_ms / 4000  # renew the lease well before it expires
         while not self._stopping.is_set():
             try:
+                wakeup.clear()
+                wait_s = await self._until_due(tp)
+                if wait_s > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(wakeup.wait(), min(wait_s, idle_s))
+                    continue
                 if not await self._queue.acquire_lease(tp, self._settings.owner,
                                                        self._settings.lease_ms):
                     writer = None
@@ -153,14 +161,8 @@ class Hardener:
                     continue
                 if writer is None:
                     writer, skip_below = await self._recover(tp)
-                wakeup.clear()
-                forced = skip_below < self._flush_goal.get(tp, 0)
-                wait_s, skip_below = await self._harden_once(tp, writer, skip_below, forced)
+                skip_below = await self._harden_due(tp, writer, skip_below)
                 backoff = 0.0
-                if wait_s > 0:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(wakeup.wait(), min(wait_s, idle_s))
-                self._idle_empty.discard(tp)
             except Fenced as exc:
                 log.warning("hardening of %s/%d fenced: %s", tp.topic, tp.partition, exc)
                 writer = None
@@ -173,6 +175,23 @@ class Hardener:
                 log.warning("hardening of %s/%d paused %.2fs: %s",
                             tp.topic, tp.partition, backoff, exc)
                 await asyncio.sleep(backoff)
+
+    def _due_before(self, tp: TopicPartition, now: int, hardened: int) -> int:
+        """Batches appended at or before this instant are due (all of them while a flush
+        of the partition is unfinished)."""
+        if hardened < self._flush_goal.get(tp, 0):
+            return now
+        return self._delay.decide(now).due_before(now)
+
+    async def _until_due(self, tp: TopicPartition) -> float:
+        """Seconds until the partition's oldest batch is due (0: now; inf: it is empty)."""
+        oldest = await self._queue.peek_oldest(tp)
+        if oldest is None:
+            self._idle_empty.add(tp)
+            return float("inf")
+        self._idle_empty.discard(tp)
+        due_before = self._due_before(tp, self._clock(), oldest.base_offset)
+        return max(0.0, (oldest.append_time_ms - due_before) / 1000)
 
     async def _recover(self, tp: TopicPartition) -> tuple[HardenedPartitionWriter, int]:
         config = await self._catalog.lookup(tp.topic, allow_create=False)
@@ -194,21 +213,16 @@ class Hardener:
         log.info("hardening %s/%d from Kiln offset %d", tp.topic, tp.partition, skip_below)
         return writer, skip_below
 
-    async def _harden_once(self, tp: TopicPartition, writer: HardenedPartitionWriter,
-                           skip_below: int, forced: bool) -> tuple[float, int]:
-        """Harden what is due; returns (seconds until something may be due, skip_below)."""
-        oldest = await self._queue.peek_oldest(tp)
-        if oldest is None:
-            self._idle_empty.add(tp)
-            return float("inf"), skip_below
-        now = self._clock()
-        due_before = now if forced else self._delay.decide(now).due_before(now)
-        if oldest.append_time_ms > due_before:
-            return (oldest.append_time_ms - due_before) / 1000, skip_below
+    async def _harden_due(self, tp: TopicPartition, writer: HardenedPartitionWriter,
+                          skip_below: int) -> int:
+        """Harden the due prefix of the partition (up to the read limit); returns the new
+        skip_below (every offset below it is in Kafka or was dropped)."""
         batches = await self._queue.read(tp, self._settings.read_limit_bytes)
-        due = due_prefix(batches, due_before)
+        if not batches:
+            return skip_below
+        due = due_prefix(batches, self._due_before(tp, self._clock(), batches[0].base_offset))
         if not due:
-            return self._settings.tick_s, skip_below
+            return skip_below
         config = await self._catalog.lookup(tp.topic, allow_create=False)
         harden_topic = config is None or config.harden is not HardenPolicy.NEVER
         to_write = [b for b in due
@@ -225,6 +239,6 @@ class Hardener:
             per_topic[tp.topic] = per_topic.get(tp.topic, 0) + result.records
         self.counters.records_dropped += max(0, (upto - max(skip_below, due[0].base_offset))
                                              - written)
-        await self._queue.trim_below(tp, upto)
+        await self._queue.trim_read(tp, due)
         self._waiters.hardened(tp, upto)
-        return 0.0, max(skip_below, upto)
+        return max(skip_below, upto)

@@ -123,6 +123,21 @@ if upto > hardened then redis.call('HSET', meta, 'hardened', upto) end
 return {removed_records, removed_bytes}
 """
 
+# Remove the entries below ARGV[1] that the caller has just read (their sizes in ARGV[2..3]):
+# XTRIM drops them without Redis copying their data, as a scan would.
+_TRIM_READ = """
+local log, meta = KEYS[1], KEYS[2]
+local upto = tonumber(ARGV[1])
+local removed = redis.call('XTRIM', log, 'MINID', string.format('%d-1', upto))
+if removed > 0 then
+  redis.call('HINCRBY', meta, 'bytes', -tonumber(ARGV[2]))
+  redis.call('HINCRBY', meta, 'records', -tonumber(ARGV[3]))
+end
+local hardened = tonumber(redis.call('HGET', meta, 'hardened') or '0')
+if upto > hardened then redis.call('HSET', meta, 'hardened', upto) end
+return removed
+"""
+
 # Take or renew the hardening lease of a partition; returns 1 when this owner holds it.
 _LEASE = """
 local holder = redis.call('GET', KEYS[1])
@@ -216,6 +231,7 @@ class LogQueue:
         self._release = redis.register_script(_RELEASE)
         self._initialize = redis.register_script(_INITIALIZE)
         self._read_range = redis.register_script(_READ_RANGE)
+        self._trim_read = redis.register_script(_TRIM_READ)
 
     @classmethod
     def from_url(cls, url: str) -> LogQueue:
@@ -389,6 +405,24 @@ class LogQueue:
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
         return int(removed[0]), int(removed[1])
+
+    async def trim_read(self, tp: TopicPartition, batches: Sequence[StoredBatch]) -> int:
+        """Drop `batches`, the oldest of the partition as just read by the caller (who holds
+        the partition's lease), and advance the hardened mark past them."""
+        if not batches:
+            return 0
+        upto = batches[-1].next_offset
+        size = sum(len(b.data) for b in batches)
+        records = upto - batches[0].base_offset
+        try:
+            removed = await self._trim_read(keys=[_key(tp, "log"), _key(tp, "meta")],
+                                            args=[upto, size, records])
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        if int(removed) != len(batches):
+            log.warning("%s/%d: trimmed %s entries below %d, expected %d", tp.topic,
+                        tp.partition, removed, upto, len(batches))
+        return int(removed)
 
     async def initialize(self, tp: TopicPartition, next_offset: int) -> bool:
         """Start a partition's offsets at `next_offset` unless Redis already knows it."""
