@@ -1,9 +1,9 @@
 """Producing through Kiln versus producing straight to the broker, side by side, in one run.
 
 Every measurement gets fresh local services (Redis, a tansu broker, and, for Kiln, a
-separate `kiln serve` process started through `bench.kiln_server`) and a fresh topic with
-one partition, created beforehand through the endpoint under test. The producer is
-confluent-kafka (librdkafka), with identical settings for Kiln and for the broker.
+separate `python -m cli serve` process) and a fresh topic with one partition, created
+beforehand through the endpoint under test. The producer is confluent-kafka (librdkafka),
+with identical settings for Kiln and for the broker.
 
 1. ingest     N records of 100 B and of 1 KB, acks=1, as fast as one producer goes. Kiln
               and direct runs alternate (Kiln, direct, Kiln, direct, ...), `--repeats` runs
@@ -157,22 +157,19 @@ class CpuWindow:
 class KilnProcess:
     """`kiln serve` as a child process in its own session, logging to a file."""
 
-    def __init__(self, redis_url: str, kafka_bootstrap: str, delay_ms: int, *, patch: bool,
+    def __init__(self, redis_url: str, kafka_bootstrap: str, delay_ms: int, *,
                  workdir: Path) -> None:
         self.port = free_port()
         self.log_path = workdir / f"kiln-{self.port}.log"
-        cmd = [sys.executable, "-m", "bench.kiln_server", "serve",
+        cmd = [sys.executable, "-m", "cli", "serve",
                "--listen", f"127.0.0.1:{self.port}", "--redis-url", redis_url,
                "--kafka-bootstrap", kafka_bootstrap, "--harden-delay-ms", str(delay_ms)]
-        if not patch:
-            cmd.append("--no-patch")
         env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
         self._log = self.log_path.open("wb")
         self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
             cwd=REPO, env=env, start_new_session=True)
         self.peak_rss_kb = 0
-        self.patched = False
         try:
             self._wait_ready(30.0)
         except BaseException:
@@ -192,7 +189,6 @@ class KilnProcess:
         while time.monotonic() < deadline:
             text = self.log_text()
             if "Kiln ready" in text:
-                self.patched = "ApiVersions patched" in text
                 return
             if self.proc is not None and self.proc.poll() is not None:
                 raise BenchError(f"kiln exited with {self.proc.returncode} before it was ready:"
@@ -246,7 +242,6 @@ class Stack:
     """Fresh Redis + broker (+ Kiln) for one measurement; `close()` stops them by PID."""
 
     workdir: Path
-    patch: bool
     redis: LocalRedis | None = None
     broker: LocalTansu | None = None
     kiln: KilnProcess | None = None
@@ -254,14 +249,14 @@ class Stack:
     kiln_problems: list[str] = field(default_factory=list)
 
     @classmethod
-    def start(cls, workdir: Path, *, kiln_delay_ms: int | None, patch: bool) -> Stack:
-        stack = cls(workdir, patch)
+    def start(cls, workdir: Path, *, kiln_delay_ms: int | None) -> Stack:
+        stack = cls(workdir)
         try:
             stack.broker = LocalTansu().start()
             if kiln_delay_ms is not None:
                 stack.redis = LocalRedis().start()
                 stack.kiln = KilnProcess(stack.redis.url, stack.broker.bootstrap, kiln_delay_ms,
-                                         patch=patch, workdir=workdir)
+                                         workdir=workdir)
         except BaseException:
             stack.close()
             raise
@@ -457,8 +452,7 @@ def ingest_once(target: str, count: int, size: int, args: argparse.Namespace, wo
                 check_watermarks: bool = False) -> dict[str, Any]:
     value = bytes(size)
     via_kiln = target == "kiln"
-    stack = Stack.start(workdir, kiln_delay_ms=args.ingest_delay_ms if via_kiln else None,
-                        patch=not args.no_patch)
+    stack = Stack.start(workdir, kiln_delay_ms=args.ingest_delay_ms if via_kiln else None)
     try:
         topic = new_topic_name(target)
         create_topic(stack.endpoint, topic)
@@ -480,7 +474,6 @@ def ingest_once(target: str, count: int, size: int, args: argparse.Namespace, wo
         }
         if via_kiln:
             assert stack.kiln is not None and stack.redis is not None
-            run["kiln_api_versions_patched"] = stack.kiln.patched
             run["kiln_cpu_us_per_record"] = round(cpu["kiln_cpu_s"] / count * 1e6, 2)
             run["kiln_peak_rss_mb_ingest"] = round(stack.kiln.sample_rss() / 1024, 1)
             memory = redis_memory(stack.redis.url)
@@ -565,8 +558,7 @@ LATENCY_CONFIGS = (("kiln_acks1", True, "1"), ("direct_acks1", False, "1"),
 def latency_once(args: argparse.Namespace, workdir: Path, name: str, via_kiln: bool, acks: str,
                  rate: float, linger_ms: int, seconds: float
                  ) -> tuple[dict[str, Any], list[float]]:
-    stack = Stack.start(workdir, kiln_delay_ms=args.ingest_delay_ms if via_kiln else None,
-                        patch=not args.no_patch)
+    stack = Stack.start(workdir, kiln_delay_ms=args.ingest_delay_ms if via_kiln else None)
     try:
         topic = new_topic_name(name.replace("_", "-"))
         create_topic(stack.endpoint, topic)
@@ -616,7 +608,7 @@ def bench_end_to_end(args: argparse.Namespace, workdir: Path, log: Callable[[str
     """Produce `count` records through Kiln (short delay) as fast as possible; a second
     thread reads the broker's high watermark every 100 ms until all of them are there."""
     count = args.e2e_records
-    stack = Stack.start(workdir, kiln_delay_ms=args.e2e_delay_ms, patch=not args.no_patch)
+    stack = Stack.start(workdir, kiln_delay_ms=args.e2e_delay_ms)
     try:
         assert stack.kiln is not None and stack.broker is not None and stack.redis is not None
         kiln, broker_bootstrap = stack.kiln, stack.broker.bootstrap
@@ -762,8 +754,6 @@ def table(doc: dict[str, Any]) -> str:
     lines.append(f"other processes used {o['total_cpu_s']} CPU-s during the "
                  f"{o['measured_seconds']} s measured (max {o['max_in_one_window_cpu_s']} in one "
                  f"run)")
-    if doc.get("kiln_api_versions_patch"):
-        lines.append("Kiln ran with bench/kiln_server.py's ApiVersions patch (Fetch listed)")
     return "\n".join(lines)
 
 
@@ -797,8 +787,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="end each Kiln ingest run with SIGTERM and measure the drain "
                              "(Kiln hardens everything buffered) instead of SIGKILL")
     parser.add_argument("--drain-timeout", type=float, default=90.0)
-    parser.add_argument("--no-patch", action="store_true",
-                        help="run Kiln without the ApiVersions patch (see bench/kiln_server.py)")
     parser.add_argument("--keep-logs", action="store_true", help="keep Kiln's log files")
     args = parser.parse_args(argv)
     shown = list(sys.argv[1:] if argv is None else argv)
@@ -882,18 +870,14 @@ def run(args: argparse.Namespace, workdir: Path, log: Callable[[str], None]) -> 
     doc["other_load"] = {
         "note": "CPU seconds used by processes outside this benchmark during the measured "
                 "windows (other work on the machine competing for the cores; ideally ~0), "
-                "and irq/softirq time (loopback networking, charged to no process)",
+                "and irq + softirq + steal time, charged to no process (loopback networking; "
+                "steal: the hypervisor running something else on these cores)",
         "irq_cpu_s": round(sum(w["irq_cpu_s"] for w in windows), 2),
         "total_cpu_s": round(sum(w["other_cpu_s"] for w in windows), 2),
         "max_in_one_window_cpu_s": max(w["other_cpu_s"] for w in windows),
         "measured_seconds": round(sum(w["seconds"] if "seconds" in w else
                                       w["seconds_to_all_hardened"] for w in windows), 1),
     }
-    patched = any(r.get("kiln_api_versions_patched") for r in kiln_runs)
-    doc["kiln_api_versions_patch"] = (
-        "Fetch 4..12 added to Kiln's ApiVersions answer, nothing else changed (librdkafka "
-        "uses message format v2 only when Fetch v4+ is listed); see bench/kiln_server.py"
-        if patched else None)
     doc["wall_seconds"] = round(time.time() - started, 1)
     return doc
 
