@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 class HardenerSettings:
     owner: str
     tick_s: float = 0.05
-    read_limit_bytes: int = 4 * 1024 * 1024
+    read_limit_bytes: int = 16 * 1024 * 1024
     max_batch_bytes: int = 1_000_000
     # After a crash the successor waits this long for the dead process's lease; Kafka-side
     # fencing, not the lease, is what keeps a paused process from writing.
