@@ -9,7 +9,7 @@ import time
 import redis
 from kafka import KafkaProducer
 
-from cli.local_services import LocalTansu
+from cli.local_services import LocalRedis, LocalTansu
 from proxy.protocol.errors import ErrorCode
 from tests.integration.test_produce_harden import kiln_offset, read_hardened
 from tests.kiln_harness import start_kiln
@@ -116,3 +116,29 @@ def test_kafka_outage_buffers_up_to_the_budget_and_loses_nothing(
     assert 40 <= len(acknowledged) <= 70
     # "before" was hardened into the broker that was lost; everything after it survives.
     assert [r.value for r in records] == acknowledged[1:]
+
+
+def test_redis_outage_gives_retriable_errors_and_kiln_reconnects(
+        kafka_bootstrap: str, unique_topic: str) -> None:
+    store = LocalRedis().start()
+    running = start_kiln(store.url, kafka_bootstrap)
+    try:
+        client = RawClient(running.bootstrap)
+        first = client.produce(unique_topic, 0, record_batch([b"one"]))
+        store.kill()
+
+        during = client.produce(unique_topic, 0, record_batch([b"lost"]))
+        store.start()  # same port, empty: Redis lost its data
+        deadline = time.monotonic() + 20
+        after = during
+        while after.error_code != 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            after = client.produce(unique_topic, 0, record_batch([b"two"]))
+        client.close()
+    finally:
+        running.stop()
+        store.stop()
+
+    assert first.error_code == 0
+    assert during.error_code == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert after.error_code == 0
