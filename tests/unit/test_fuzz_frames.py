@@ -1,7 +1,10 @@
-"""Hostile bytes: the protocol layer answers with its own errors, never anything else."""
+"""Hostile bytes: the protocol layer answers with its own errors, never anything else.
+
+Any other exception (IndexError, struct.error, ...) escapes and fails the test."""
 
 from __future__ import annotations
 
+import contextlib
 import struct
 
 from hypothesis import given, settings
@@ -33,16 +36,12 @@ def test_random_bodies_of_known_apis_decode_or_are_malformed(
 @settings(max_examples=300, deadline=None)
 @given(frame=st.binary(max_size=200))
 def test_random_frames_never_escape_the_protocol_errors(frame: bytes) -> None:
-    try:
+    with contextlib.suppress(MalformedRequest, UnsupportedRequest):
         apis.decode_request(frame)
-    except (MalformedRequest, UnsupportedRequest):
-        pass
 
 
 @settings(max_examples=300, deadline=None)
 @given(records=st.binary(max_size=400))
 def test_random_record_sets_are_refused_with_a_kafka_error(records: bytes) -> None:
-    try:
+    with contextlib.suppress(KafkaError):
         list(split_batches(records))
-    except KafkaError:
-        pass
