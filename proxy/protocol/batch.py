@@ -104,17 +104,3 @@ def split_batches(records: bytes | memoryview) -> Iterator[tuple[BatchHeader, me
 def with_base_offset(batch: bytes | memoryview, base_offset: int) -> bytes:
     """The batch with its base offset set (the CRC does not cover it)."""
     return _BASE_OFFSET.pack(base_offset) + bytes(memoryview(batch)[8:])
-
-
-def patch_base_offset(buf: bytearray, pos: int, base_offset: int) -> None:
-    _BASE_OFFSET.pack_into(buf, pos, base_offset)
-
-
-def rewrite_producer(batch: bytes | memoryview, base_offset: int, producer_id: int,
-                     producer_epoch: int, base_sequence: int) -> bytes:
-    """The batch re-stamped for another producer (fields the CRC covers, so it is recomputed)."""
-    out = bytearray(batch)
-    _BASE_OFFSET.pack_into(out, 0, base_offset)
-    struct.pack_into(">qhi", out, 43, producer_id, producer_epoch, base_sequence)
-    struct.pack_into(">I", out, 17, crc32c.crc32c(memoryview(out)[_CRC_FROM:]))
-    return bytes(out)

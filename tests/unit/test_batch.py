@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import struct
-
-import crc32c
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-from proxy.protocol.batch import read_header, rewrite_producer, split_batches, with_base_offset
+from proxy.protocol.batch import read_header, split_batches, with_base_offset
 from proxy.protocol.errors import ErrorCode, KafkaError
 
 
@@ -74,12 +71,3 @@ def test_base_offset_rewrite_keeps_crc_valid() -> None:
     header = read_header(patched)
     assert header.base_offset == 1234
     assert next(iter(split_batches(patched)))[0].record_count == 2
-
-
-def test_producer_rewrite_recomputes_crc() -> None:
-    rewritten = rewrite_producer(client_batch(2), 0, producer_id=77, producer_epoch=3,
-                                 base_sequence=10)
-
-    header = read_header(rewritten)
-    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (77, 3, 10)
-    assert crc32c.crc32c(rewritten[21:]) == struct.unpack_from(">I", rewritten, 17)[0]
