@@ -93,9 +93,11 @@ class Catalog:
         log.info("topic %s created with %d partitions", name, created.partitions)
         return created
 
-    async def ensure_in_kafka(self, name: str, partitions: int) -> int:
-        """Make sure Kafka has the topic; returns Kafka's partition count for it."""
-        existing = (await self._kafka_listing(refresh=False)).get(name)
+    async def ensure_in_kafka(self, name: str, partitions: int, *, fresh: bool = False) -> int:
+        """Make sure Kafka has the topic; returns Kafka's partition count for it. With
+        `fresh`, Kafka is asked again rather than trusting the cached listing (a broker that
+        came back empty must not be written to as if it had the topic)."""
+        existing = (await self._kafka_listing(refresh=fresh)).get(name)
         if existing is not None:
             return existing
         await self._kafka.create_topic(name, partitions)  # False when it already exists

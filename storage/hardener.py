@@ -196,7 +196,7 @@ class Hardener:
     async def _recover(self, tp: TopicPartition) -> tuple[HardenedPartitionWriter, int]:
         config = await self._catalog.lookup(tp.topic, allow_create=False)
         if config is not None:
-            await self._catalog.ensure_in_kafka(tp.topic, config.partitions)
+            await self._catalog.ensure_in_kafka(tp.topic, config.partitions, fresh=True)
         writer = HardenedPartitionWriter(self._client, tp.topic, tp.partition,
                                          max_batch_bytes=self._settings.max_batch_bytes)
         in_kafka = await writer.recover()
