@@ -11,6 +11,7 @@ from cli.settings import Settings
 from proxy.server.context import KilnContext, ServerSettings
 from proxy.server.listener import Listener
 from storage.acks import HardenedWaiters
+from storage.appends import AppendSignals
 from storage.budget import BufferBudget
 from storage.catalog import Catalog, CatalogSettings
 from storage.errors import StorageError
@@ -45,12 +46,15 @@ class KilnApp:
             self.queue, self.catalog, self.kafka, FixedDelay(settings.harden_delay_ms),
             self.waiters, HardenerSettings(owner=f"kiln-{settings.node_id}-{uuid.uuid4().hex}"),
         )
+        self.appends = AppendSignals()
+        self.appends.add_listener(self.hardener.appended)
         host, port = settings.advertised_address
         self.context = KilnContext(
             settings=ServerSettings(node_id=settings.node_id, advertised_host=host,
                                     advertised_port=port,
                                     max_frame_bytes=settings.max_frame_bytes),
             queue=self.queue, catalog=self.catalog, waiters=self.waiters, budget=self.budget,
+            appends=self.appends,
         )
         listen_host, listen_port = settings.listen_address
         self.listener = Listener(self.context, listen_host, listen_port)

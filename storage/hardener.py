@@ -112,22 +112,21 @@ class Hardener:
     def _wakeup(self, tp: TopicPartition) -> asyncio.Event:
         return self._wakeups.setdefault(tp, asyncio.Event())
 
+    def appended(self, tp: TopicPartition) -> None:
+        """Records were appended through this process: wake the partition if it was idle."""
+        if tp in self._idle_empty:
+            self._wakeup(tp).set()
+
     async def _supervise(self) -> None:
-        """Start a task for every partition; wake idle ones that received records."""
-        scanned_at = float("-inf")
+        """Start a task for every partition as topics appear. (An idle partition's task
+        looks at Redis once per lease renewal period, which is how appends through other
+        Kiln processes are noticed; appends through this one call `appended` at once.)"""
         while not self._stopping.is_set():
             try:
-                if time.monotonic() - scanned_at >= self._settings.topic_scan_s:
-                    await self._scan_topics()
-                    scanned_at = time.monotonic()
-                idle = [tp for tp in self._tasks if tp in self._idle_empty]
-                if idle:
-                    for tp, state in zip(idle, await self._queue.states(idle), strict=True):
-                        if state.next_offset > state.hardened_offset:
-                            self._wakeup(tp).set()
+                await self._scan_topics()
             except StorageError as exc:
-                log.warning("hardener cannot scan partitions: %s", exc)
-            await asyncio.sleep(self._settings.tick_s)
+                log.warning("hardener cannot scan topics: %s", exc)
+            await asyncio.sleep(self._settings.topic_scan_s)
 
     async def _scan_topics(self) -> None:
         for config in (await self._catalog.all()).values():
