@@ -3,12 +3,14 @@ shutdown, and `kiln dev`."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,20 @@ def wait_listening(port: int, process: subprocess.Popen[str], timeout_s: float =
         except OSError:
             time.sleep(0.1)
     raise AssertionError(f"kiln did not listen on {port}")
+
+
+@contextlib.contextmanager
+def kiln_process(*args: str, port: int) -> Iterator[subprocess.Popen[str]]:
+    """`kiln ARGS` listening on `port`; killed by PID if the test leaves it running."""
+    process = subprocess.Popen([KILN, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        wait_listening(port, process)
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def test_bad_flag_value_is_named() -> None:
@@ -83,12 +99,9 @@ def test_sigterm_hardens_everything_buffered_before_exit(
         redis_url: str, kafka_bootstrap: str, unique_topic: str) -> None:
     redis.Redis.from_url(redis_url).flushdb()
     port = free_port()
-    process = subprocess.Popen(
-        [KILN, "serve", "--listen", f"127.0.0.1:{port}", "--redis-url", redis_url,
-         "--kafka-bootstrap", kafka_bootstrap, "--harden-delay-ms", "600000"],
-        stderr=subprocess.PIPE, text=True)
-    try:
-        wait_listening(port, process)
+    with kiln_process("serve", "--listen", f"127.0.0.1:{port}", "--redis-url", redis_url,
+                      "--kafka-bootstrap", kafka_bootstrap, "--harden-delay-ms", "600000",
+                      port=port) as process:
         producer = KafkaProducer(bootstrap_servers=f"127.0.0.1:{port}", acks=1)
         for i in range(50):
             producer.send(unique_topic, value=b"r%d" % i, partition=0)
@@ -97,10 +110,6 @@ def test_sigterm_hardens_everything_buffered_before_exit(
 
         process.send_signal(signal.SIGTERM)
         code = process.wait(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
     records = read_hardened(kafka_bootstrap, unique_topic, 0, 50)
 
     assert code == 0
@@ -110,10 +119,7 @@ def test_sigterm_hardens_everything_buffered_before_exit(
 @pytest.mark.timeout(120)
 def test_kiln_dev_runs_all_three_and_ctrl_c_stops_them(unique_topic: str) -> None:
     port = free_port()
-    process = subprocess.Popen([KILN, "dev", "--listen", f"127.0.0.1:{port}"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_listening(port, process)
+    with kiln_process("dev", "--listen", f"127.0.0.1:{port}", port=port) as process:
         assert process.stdout is not None
         banner = [process.stdout.readline() for _ in range(3)]
         redis_port = int(banner[0].rsplit(":", 1)[1].split("/")[0])
@@ -124,10 +130,6 @@ def test_kiln_dev_runs_all_three_and_ctrl_c_stops_them(unique_topic: str) -> Non
 
         process.send_signal(signal.SIGINT)
         code = process.wait(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
     assert metadata.offset == 0
     assert code == 0
