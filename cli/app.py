@@ -10,15 +10,17 @@ import uuid
 from cli.settings import Settings
 from proxy.server.context import KilnContext, ServerSettings
 from proxy.server.listener import Listener
-from storage.acks import HardenedWaiters
+from storage.acks import SettledWaiters
 from storage.appends import AppendSignals
 from storage.budget import BufferBudget
 from storage.catalog import Catalog, CatalogSettings
+from storage.delivery import Delivery
 from storage.errors import StorageError
 from storage.hardener import Hardener, HardenerSettings
 from storage.kafka.client import KafkaClient
 from storage.log_queue import LogQueue
 from storage.policy.delay import FixedDelay
+from storage.subscriptions import SubscriptionRegistry
 from storage.topics import TopicRegistry
 
 log = logging.getLogger(__name__)
@@ -40,12 +42,14 @@ class KilnApp:
             CatalogSettings(auto_create_topics=settings.auto_create_topics,
                             default_partitions=settings.default_partitions),
         )
-        self.waiters = HardenedWaiters(self.queue)
+        self.waiters = SettledWaiters(self.queue)
         self.budget = BufferBudget(self.queue, self.catalog, settings.buffer_budget_bytes)
         self.hardener = Hardener(
             self.queue, self.catalog, self.kafka, FixedDelay(settings.harden_delay_ms),
             self.waiters, HardenerSettings(owner=f"kiln-{settings.node_id}-{uuid.uuid4().hex}"),
         )
+        self.delivery = Delivery(self.queue, self.catalog,
+                                 SubscriptionRegistry(self.queue.redis), self.waiters)
         self.appends = AppendSignals()
         self.appends.add_listener(self.hardener.appended)
         host, port = settings.advertised_address
@@ -54,7 +58,7 @@ class KilnApp:
                                     advertised_port=port,
                                     max_frame_bytes=settings.max_frame_bytes),
             queue=self.queue, catalog=self.catalog, waiters=self.waiters, budget=self.budget,
-            appends=self.appends,
+            delivery=self.delivery, appends=self.appends,
         )
         listen_host, listen_port = settings.listen_address
         self.listener = Listener(self.context, listen_host, listen_port)

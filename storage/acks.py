@@ -1,8 +1,8 @@
 """Produce responses that wait: a producer asking for assured_persistent is answered once
-its records are hardened (or, with the delivery issue, delivered).
+its records are hardened or delivered to every durable subscription, whichever comes first.
 
-The hardener of this process wakes waiters at once; records hardened by another Kiln process
-are noticed by polling the partition's hardened mark in Redis.
+The hardener and the commits of this process wake waiters at once; records settled through
+another Kiln process are noticed by polling the partition's marks in Redis.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from storage.tasks import stop_task
 log = logging.getLogger(__name__)
 
 
-class HardenedWaiters:
+class SettledWaiters:
     def __init__(self, queue: LogQueue, poll_interval_s: float = 0.1) -> None:
         self._queue = queue
         self._poll_interval_s = poll_interval_s
@@ -32,8 +32,8 @@ class HardenedWaiters:
     def pending(self) -> int:
         return sum(len(w) for w in self._waiting.values())
 
-    def hardened(self, tp: TopicPartition, upto: int) -> None:
-        """Everything of `tp` below `upto` is hardened (or dropped as delivered)."""
+    def settled(self, tp: TopicPartition, upto: int) -> None:
+        """Everything of `tp` below `upto` is hardened or delivered."""
         if upto <= self._marks[tp]:
             return
         self._marks[tp] = upto
@@ -50,7 +50,7 @@ class HardenedWaiters:
         self._waiting[tp] = still
 
     async def wait(self, tp: TopicPartition, last_offset: int, timeout_s: float) -> bool:
-        """True once `last_offset` is hardened; False when timeout_s passes first."""
+        """True once `last_offset` is settled; False when timeout_s passes first."""
         if last_offset < self._marks[tp]:
             return True
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -77,7 +77,7 @@ class HardenedWaiters:
                 log.debug("ack poll failed: %s", exc)
                 continue
             for tp, state in zip(tps, states, strict=True):
-                self.hardened(tp, state.hardened_offset)
+                self.settled(tp, state.settled_offset)
 
     async def close(self) -> None:
         if self._poller is not None:

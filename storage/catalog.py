@@ -41,6 +41,10 @@ class Catalog:
         self._kafka_listed_at = float("-inf")
 
     @property
+    def registry(self) -> TopicRegistry:
+        return self._registry
+
+    @property
     def settings(self) -> CatalogSettings:
         return self._settings
 
@@ -67,10 +71,15 @@ class Catalog:
 
     async def _adopt(self, name: str, partitions: int) -> TopicConfig:
         """Register a topic that Kafka has and Kiln does not (new to Kiln, or Redis lost its
-        data): each partition's Kiln offsets continue after the last one Kafka holds."""
+        data): each partition's Kiln offsets continue after the last one Kafka holds, or,
+        when Kafka holds none, after Kafka's own offsets. A record in Kafka without a Kiln
+        offset is read through Kiln at its Kafka offset, so offsets stay one increasing
+        sequence."""
         for partition in range(partitions):
             resume = await resume_offset(self._kafka, name, partition)
-            await self._queue.initialize(TopicPartition(name, partition), resume or 0)
+            if resume is None:
+                resume = await self._kafka.high_watermark(name, partition)
+            await self._queue.initialize(TopicPartition(name, partition), resume)
         log.info("adopted Kafka topic %s (%d partitions)", name, partitions)
         return await self._registry.create(new_topic(name, partitions))
 

@@ -68,6 +68,9 @@ class WriteResult:
     last_base_offset: int | None  # Kafka base offset of the last batch written
 
 
+NOTHING_WRITTEN = WriteResult(None, 0, 0, 0, None, None)
+
+
 class _Progress:
     """Tallies of one write, as the broker acknowledges it."""
 
@@ -168,7 +171,7 @@ class HardenedPartitionWriter:
         skip = max(skip_below, self._next_kiln_offset)
         sources = [(b.base_offset, b.data) for b in batches if b.next_offset > skip]
         if not sources:
-            return WriteResult(None, 0, 0, 0, None, None)
+            return NOTHING_WRITTEN
         self._ready = False  # until every batch is acknowledged
         sender = await self._client.partition_sender(self.topic, self.partition)
         built = iter_hardened_batches(
@@ -187,7 +190,7 @@ class HardenedPartitionWriter:
             raise self._undecodable(exc, "stored batch") from exc
         if stats.records == 0:
             self._ready = True
-            return WriteResult(None, 0, 0, 0, None, None)
+            return NOTHING_WRITTEN
         self._sequence = (self._sequence + stats.records) % _SEQUENCE_MODULUS
         self._next_kiln_offset = stats.last_kiln_offset + 1
         self._ready = True

@@ -5,8 +5,12 @@ process hardens a partition at a time) and a fenced writer in Kafka (so a paused
 that lost the lease cannot write after its successor). Order per partition:
 
   1. recover: fence earlier writers; ask Kafka which Kiln offset it holds last;
-  2. read due batches from Redis; write the records Kafka does not hold yet;
+  2. read due batches from Redis; write the records Kafka does not hold yet, except those
+     already delivered to every durable subscription (topic policy `harden = survivors`);
   3. trim what was written from Redis and advance the hardened mark; wake waiting acks.
+
+Delivered batches are also dropped as commits arrive (storage.delivery), concurrently with
+this loop; both only ever remove a prefix of the log queue, so they cannot conflict.
 
 A crash between 2 and 3 leaves records in both tiers; step 1 after restart skips them, so
 Kafka receives every record exactly once.
@@ -21,11 +25,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from storage.acks import HardenedWaiters
+from storage.acks import SettledWaiters
 from storage.catalog import Catalog
 from storage.clock import wall_clock_ms
 from storage.errors import BufferUnavailable, Fenced, StorageError
-from storage.hardened_store import HardenedPartitionWriter
+from storage.hardened_store import NOTHING_WRITTEN, HardenedPartitionWriter
 from storage.kafka.client import KafkaClient
 from storage.log_queue import LogQueue
 from storage.model import TopicPartition
@@ -54,7 +58,6 @@ class HardenerSettings:
 class HardenerCounters:
     records_hardened: int = 0
     bytes_hardened: int = 0
-    records_dropped: int = 0
     batches_written: int = 0
     errors: int = 0
     per_topic_records: dict[str, int] = field(default_factory=dict)
@@ -62,7 +65,7 @@ class HardenerCounters:
 
 class Hardener:
     def __init__(self, queue: LogQueue, catalog: Catalog, client: KafkaClient,
-                 delay: FixedDelay, waiters: HardenedWaiters, settings: HardenerSettings,
+                 delay: FixedDelay, waiters: SettledWaiters, settings: HardenerSettings,
                  clock: Callable[[], int] = wall_clock_ms) -> None:
         self._queue = queue
         self._catalog = catalog
@@ -94,19 +97,24 @@ class Hardener:
 
     async def flush(self, topics: Sequence[str] | None = None, timeout_s: float = 60.0) -> bool:
         """Harden every buffered persistent record of the given topics (all if None) now,
-        ignoring the delay. True when everything buffered at the call was hardened."""
+        ignoring the delay. True when everything buffered at the call has left the log
+        queue: hardened, or needing no hardening (delivered, non-persistent)."""
         deadline = time.monotonic() + timeout_s
         await self._scan_topics()
         targets = [tp for tp in self._tasks if topics is None or tp.topic in topics]
-        goals = dict(zip(targets, await self._queue.states(targets), strict=True))
-        for tp, state in goals.items():
-            self._flush_goal[tp] = max(self._flush_goal.get(tp, 0), state.next_offset)
+        goals = {tp: state.next_offset
+                 for tp, state in zip(targets, await self._queue.states(targets), strict=True)}
+        for tp, goal in goals.items():
+            self._flush_goal[tp] = max(self._flush_goal.get(tp, 0), goal)
             self._wakeup(tp).set()
-        for tp, state in goals.items():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not await self._waiters.wait(tp, state.next_offset - 1,
-                                                              remaining):
+        while goals:
+            states = await self._queue.states(list(goals))
+            goals = {tp: goal for (tp, goal), state in zip(goals.items(), states, strict=True)
+                     if state.start_offset < goal}
+            if goals and time.monotonic() >= deadline:
                 return False
+            if goals:
+                await asyncio.sleep(self._settings.tick_s)
         return True
 
     def _wakeup(self, tp: TopicPartition) -> asyncio.Event:
@@ -208,7 +216,7 @@ class Hardener:
         if in_kafka is not None and in_kafka > state.hardened_offset:
             # Crashed after writing to Kafka and before trimming Redis: finish the trim.
             await self._queue.trim_below(tp, in_kafka)
-        self._waiters.hardened(tp, skip_below)
+        self._waiters.settled(tp, skip_below)
         log.info("hardening %s/%d from Kiln offset %d", tp.topic, tp.partition, skip_below)
         return writer, skip_below
 
@@ -223,21 +231,25 @@ class Hardener:
         if not due:
             return skip_below
         config = await self._catalog.lookup(tp.topic, allow_create=False)
-        harden_topic = config is None or config.harden is not HardenPolicy.NEVER
+        policy = HardenPolicy.SURVIVORS if config is None else config.harden
+        delivered_below = 0
+        if policy is HardenPolicy.SURVIVORS:
+            delivered_below = (await self._queue.state(tp)).delivered_offset
+        write_from = max(skip_below, delivered_below)
         to_write = [b for b in due
-                    if harden_topic and should_harden(b.reliability) and b.next_offset > skip_below]
+                    if policy is not HardenPolicy.NEVER and should_harden(b.reliability)
+                    and b.next_offset > write_from]
         upto = due[-1].next_offset
-        written = 0
+        result = NOTHING_WRITTEN
         if to_write:
-            result = await writer.write(to_write, skip_below)
-            written = result.records
+            result = await writer.write(to_write, write_from)
             self.counters.records_hardened += result.records
             self.counters.bytes_hardened += result.bytes
             self.counters.batches_written += result.batches
             per_topic = self.counters.per_topic_records
             per_topic[tp.topic] = per_topic.get(tp.topic, 0) + result.records
-        self.counters.records_dropped += max(0, (upto - max(skip_below, due[0].base_offset))
-                                             - written)
-        await self._queue.trim_read(tp, due)
-        self._waiters.hardened(tp, upto)
+        await self._queue.trim_read(tp, due, written_records=result.records,
+                                    written_bytes=result.bytes,
+                                    delivered_below=delivered_below)
+        self._waiters.settled(tp, upto)
         return max(skip_below, upto)

@@ -5,12 +5,21 @@ Kiln processes can append to, harden and trim one partition without colliding. K
 one hash tag per partition, so the layout is Redis Cluster-ready.
 
 Layout per partition (`{topic/partition}` is the hash tag):
-  kiln:{t/p}:log    stream; entry id `<base_offset>-1`; fields d=batch bytes, n=records,
-                    t=append time (ms), l=reliability level
-  kiln:{t/p}:meta   hash; next (high watermark), hardened (every offset below it is in Kafka
-                    or was dropped), bytes and records buffered
-  kiln:{t/p}:pids   hash; producer id -> JSON idempotence state (epoch, last 5 batches)
-  kiln:{t/p}:lease  string; the Kiln process that hardens this partition (fencing token)
+  kiln:{t/p}:log     stream; entry id `<base_offset>-1`; fields d=batch bytes, n=records,
+                     t=append time (ms), l=reliability level, c=bytes appended before it
+  kiln:{t/p}:meta    hash; next (high watermark), hardened (every offset below it is in
+                     Kafka or needs no hardening), delivered (every offset below it is
+                     delivered), appended (bytes ever appended), bytes and records buffered,
+                     and what left the queue how: hardened_records/_bytes (written to Kafka),
+                     delivered_records/_bytes (dropped as delivered), expired_records (never
+                     to be hardened: non-persistent levels, harden=never)
+  kiln:{t/p}:commits hash; durable subscription (group) -> committed offset
+  kiln:{t/p}:pids    hash; producer id -> JSON idempotence state (epoch, last 5 batches)
+  kiln:{t/p}:lease   string; the Kiln process that hardens this partition (fencing token)
+
+The log queue only ever loses a prefix (hardened or delivered batches), so buffered bytes
+are `appended` minus the first entry's `c`: every removal recounts them exactly, however
+hardening and delivered-record removal interleave.
 """
 
 from __future__ import annotations
@@ -75,9 +84,12 @@ for i = 0, count - 1 do
   end
   if state ~= 'dup' then
     local base = tonumber(redis.call('HGET', meta, 'next') or '0')
-    redis.call('XADD', log, string.format('%d-1', base), 'd', data, 'n', n, 't', now, 'l', level)
+    local size = string.len(data)
+    local before = redis.call('HINCRBY', meta, 'appended', size) - size
+    redis.call('XADD', log, string.format('%d-1', base), 'd', data, 'n', n, 't', now, 'l', level,
+               'c', before)
     redis.call('HSET', meta, 'next', base + n)
-    redis.call('HINCRBY', meta, 'bytes', string.len(data))
+    redis.call('HINCRBY', meta, 'bytes', size)
     redis.call('HINCRBY', meta, 'records', n)
     if first_offset < 0 then first_offset = base end
     if state then
@@ -90,52 +102,105 @@ end
 return {0, first_offset, duplicate}
 """
 
-# Remove every entry whose records all lie below ARGV[1]; a batch that straddles the bound
-# stays whole (readers skip its earlier records).
-_TRIM_BELOW = """
-local log, meta = KEYS[1], KEYS[2]
-local upto = tonumber(ARGV[1])
-local removed_bytes, removed_records = 0, 0
-while true do
-  local entries = redis.call('XRANGE', log, '-', '+', 'COUNT', 256)
-  if #entries == 0 then break end
-  local stop = false
-  for _, e in ipairs(entries) do
-    local base = tonumber(string.match(e[1], '^(%d+)'))
-    local f = e[2]
-    local data, n = nil, 0
-    for j = 1, #f, 2 do
-      if f[j] == 'd' then data = f[j + 1] elseif f[j] == 'n' then n = tonumber(f[j + 1]) end
-    end
-    if base + n > upto then stop = true break end
-    redis.call('XDEL', log, e[1])
-    removed_bytes = removed_bytes + string.len(data)
-    removed_records = removed_records + n
+# Shared by every script that removes entries. trim_prefix removes the entries whose records
+# all lie below `upto` (a batch that straddles it stays whole: readers skip its earlier
+# records) and recounts what is buffered; returns the first offset still buffered before and
+# after, and the bytes removed.
+_TRIM_PREFIX = """
+local function field(f, name)
+  for j = 1, #f, 2 do if f[j] == name then return f[j + 1] end end
+  return nil
+end
+local function first_entry(log)
+  local e = redis.call('XRANGE', log, '-', '+', 'COUNT', 1)
+  if #e == 0 then return nil, nil end
+  return tonumber(string.match(e[1][1], '^(%d+)')), tonumber(field(e[1][2], 'c') or '0')
+end
+local function trim_prefix(log, meta, upto)
+  local next_offset = tonumber(redis.call('HGET', meta, 'next') or '0')
+  local appended = tonumber(redis.call('HGET', meta, 'appended') or '0')
+  local b0, c0 = first_entry(log)
+  if b0 == nil then return next_offset, next_offset, 0 end
+  if b0 >= upto then return b0, b0, 0 end
+  local cut = upto
+  local last = redis.call('XREVRANGE', log, '(' .. string.format('%d-1', upto), '-', 'COUNT', 1)
+  if #last > 0 then
+    local base = tonumber(string.match(last[1][1], '^(%d+)'))
+    if base + tonumber(field(last[1][2], 'n')) > upto then cut = base end
   end
-  if stop then break end
+  if cut > b0 then redis.call('XTRIM', log, 'MINID', string.format('%d-1', cut)) end
+  local b1, c1 = first_entry(log)
+  if b1 == nil then b1, c1 = next_offset, appended end
+  redis.call('HSET', meta, 'bytes', appended - c1, 'records', next_offset - b1)
+  return b0, b1, c1 - c0
 end
-if removed_bytes > 0 then
-  redis.call('HINCRBY', meta, 'bytes', -removed_bytes)
-  redis.call('HINCRBY', meta, 'records', -removed_records)
+local function advance(meta, name, to)
+  if to > tonumber(redis.call('HGET', meta, name) or '0') then
+    redis.call('HSET', meta, name, to)
+  end
 end
-local hardened = tonumber(redis.call('HGET', meta, 'hardened') or '0')
-if upto > hardened then redis.call('HSET', meta, 'hardened', upto) end
-return {removed_records, removed_bytes}
 """
 
-# Remove the entries below ARGV[1] that the caller has just read (their sizes in ARGV[2..3]):
-# XTRIM drops them without Redis copying their data, as a scan would.
-_TRIM_READ = """
+# Recovery: Kafka already holds everything below ARGV[1]; drop it and advance the hardened mark.
+_TRIM_BELOW = _TRIM_PREFIX + """
 local log, meta = KEYS[1], KEYS[2]
 local upto = tonumber(ARGV[1])
-local removed = redis.call('XTRIM', log, 'MINID', string.format('%d-1', upto))
-if removed > 0 then
-  redis.call('HINCRBY', meta, 'bytes', -tonumber(ARGV[2]))
-  redis.call('HINCRBY', meta, 'records', -tonumber(ARGV[3]))
+local b0, b1, removed_bytes = trim_prefix(log, meta, upto)
+if b1 > b0 then
+  redis.call('HINCRBY', meta, 'hardened_records', b1 - b0)
+  redis.call('HINCRBY', meta, 'hardened_bytes', removed_bytes)
 end
-local hardened = tonumber(redis.call('HGET', meta, 'hardened') or '0')
-if upto > hardened then redis.call('HSET', meta, 'hardened', upto) end
-return removed
+advance(meta, 'hardened', upto)
+return {b1 - b0, removed_bytes}
+"""
+
+# The hardener finished a pass up to ARGV[1]: it wrote ARGV[2] records (ARGV[3] bytes to
+# Kafka) and skipped the records below ARGV[4] as delivered. Whatever else was removed will
+# never be hardened (non-persistent levels, harden=never).
+_TRIM_READ = _TRIM_PREFIX + """
+local log, meta = KEYS[1], KEYS[2]
+local upto, written = tonumber(ARGV[1]), tonumber(ARGV[2])
+local b0, b1, removed_bytes = trim_prefix(log, meta, upto)
+local delivered = math.max(0, math.min(tonumber(ARGV[4]), b1) - b0)
+redis.call('HINCRBY', meta, 'hardened_records', written)
+redis.call('HINCRBY', meta, 'hardened_bytes', tonumber(ARGV[3]))
+if delivered > 0 then redis.call('HINCRBY', meta, 'delivered_records', delivered) end
+local expired = (b1 - b0) - delivered - written
+if expired > 0 then redis.call('HINCRBY', meta, 'expired_records', expired) end
+advance(meta, 'hardened', upto)
+return b1 - b0
+"""
+
+# A durable subscription (ARGV[1]; '' to only recount) committed ARGV[2]; ARGV[4..] are
+# every durable subscription of the topic. The delivered mark becomes the lowest of their
+# commits (capped at the high watermark: committing past it delivers nothing not yet
+# appended) and, when ARGV[3] is 1, the batches wholly below it are dropped.
+# Returns {delivered mark, records dropped}.
+_DELIVER = _TRIM_PREFIX + """
+local log, meta, commits = KEYS[1], KEYS[2], KEYS[3]
+local next_offset = tonumber(redis.call('HGET', meta, 'next') or '0')
+if ARGV[1] ~= '' then
+  redis.call('HSET', commits, ARGV[1], math.min(tonumber(ARGV[2]), next_offset))
+end
+local lowest = nil
+for i = 4, #ARGV do
+  local committed = redis.call('HGET', commits, ARGV[i])
+  if not committed then return {tonumber(redis.call('HGET', meta, 'delivered') or '0'), 0} end
+  committed = tonumber(committed)
+  if lowest == nil or committed < lowest then lowest = committed end
+end
+advance(meta, 'delivered', lowest or 0)
+local delivered = tonumber(redis.call('HGET', meta, 'delivered') or '0')
+local dropped = 0
+if ARGV[3] == '1' then
+  local b0, b1, removed_bytes = trim_prefix(log, meta, delivered)
+  dropped = b1 - b0
+  if dropped > 0 then
+    redis.call('HINCRBY', meta, 'delivered_records', dropped)
+    redis.call('HINCRBY', meta, 'delivered_bytes', removed_bytes)
+  end
+end
+return {delivered, dropped}
 """
 
 # Take or renew the hardening lease of a partition; returns 1 when this owner holds it.
@@ -214,6 +279,28 @@ class PartitionState:
     hardened_offset: int
     buffered_bytes: int
     buffered_records: int
+    delivered_offset: int = 0
+    hardened_records: int = 0
+    hardened_bytes: int = 0
+    delivered_records: int = 0
+    delivered_bytes: int = 0
+    expired_records: int = 0
+
+    @property
+    def start_offset(self) -> int:
+        """The first offset the log queue still holds (next_offset when it is empty)."""
+        return self.next_offset - self.buffered_records
+
+    @property
+    def settled_offset(self) -> int:
+        """Every offset below it is hardened or delivered: assured acks are due."""
+        return max(self.hardened_offset, self.delivered_offset)
+
+
+@dataclass(frozen=True, slots=True)
+class DeliverResult:
+    delivered_offset: int
+    records_dropped: int
 
 
 def _key(tp: TopicPartition, kind: str) -> str:
@@ -232,6 +319,7 @@ class LogQueue:
         self._initialize = redis.register_script(_INITIALIZE)
         self._read_range = redis.register_script(_READ_RANGE)
         self._trim_read = redis.register_script(_TRIM_READ)
+        self._deliver = redis.register_script(_DELIVER)
 
     @classmethod
     def from_url(cls, url: str) -> LogQueue:
@@ -269,7 +357,8 @@ class LogQueue:
         ]
 
     async def _run_all(self, script: AsyncScript,
-                       calls: Sequence[tuple[list[str], list[bytes | int]]]) -> list[Any]:
+                       calls: Sequence[tuple[list[str], Sequence[bytes | int | str]]]
+                       ) -> list[Any]:
         """Run one script per call in a single round trip.
 
         redis-py's pipelines ask SCRIPT EXISTS before every execute (an extra round trip on
@@ -406,23 +495,52 @@ class LogQueue:
             raise BufferUnavailable(str(exc)) from exc
         return int(removed[0]), int(removed[1])
 
-    async def trim_read(self, tp: TopicPartition, batches: Sequence[StoredBatch]) -> int:
+    async def trim_read(self, tp: TopicPartition, batches: Sequence[StoredBatch], *,
+                        written_records: int, written_bytes: int, delivered_below: int) -> int:
         """Drop `batches`, the oldest of the partition as just read by the caller (who holds
-        the partition's lease), and advance the hardened mark past them."""
+        the partition's lease), and advance the hardened mark past them. The caller wrote
+        `written_records` of them to Kafka and skipped those below `delivered_below` as
+        delivered; the rest are counted as expired. Returns the entries removed (fewer when
+        delivered-record removal took some first)."""
         if not batches:
             return 0
-        upto = batches[-1].next_offset
-        size = sum(len(b.data) for b in batches)
-        records = upto - batches[0].base_offset
         try:
-            removed = await self._trim_read(keys=[_key(tp, "log"), _key(tp, "meta")],
-                                            args=[upto, size, records])
+            removed = await self._trim_read(
+                keys=[_key(tp, "log"), _key(tp, "meta")],
+                args=[batches[-1].next_offset, written_records, written_bytes, delivered_below])
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
-        if int(removed) != len(batches):
-            log.warning("%s/%d: trimmed %s entries below %d, expected %d", tp.topic,
-                        tp.partition, removed, upto, len(batches))
         return int(removed)
+
+    async def deliver(self, group: str, offsets: Mapping[TopicPartition, int],
+                      durable_groups: Mapping[str, Sequence[str]], drop: Mapping[str, bool]
+                      ) -> dict[TopicPartition, DeliverResult]:
+        """Record durable subscription `group`'s commits and advance each partition's
+        delivered mark to the lowest commit of the topic's durable subscriptions
+        (`durable_groups[topic]`); where `drop[topic]`, drop the batches now delivered.
+        One round trip for all partitions."""
+        tps = list(offsets)
+        calls: list[tuple[list[str], Sequence[bytes | int | str]]] = [
+            ([_key(tp, "log"), _key(tp, "meta"), _key(tp, "commits")],
+             [group, offsets[tp], int(drop[tp.topic]), *durable_groups[tp.topic]])
+            for tp in tps
+        ]
+        try:
+            replies = await self._run_all(self._deliver, calls)
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        return {tp: DeliverResult(int(mark), int(dropped))
+                for tp, (mark, dropped) in zip(tps, replies, strict=True)}
+
+    async def forget_commits(self, tps: Sequence[TopicPartition], group: str) -> None:
+        """`group` is no longer a durable subscription of these partitions' topic."""
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for tp in tps:
+                    pipe.hdel(_key(tp, "commits"), group)
+                await pipe.execute()
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
 
     async def initialize(self, tp: TopicPartition, next_offset: int) -> bool:
         """Start a partition's offsets at `next_offset` unless Redis already knows it."""
@@ -462,9 +580,18 @@ def _field_map(fields: Any) -> Any:
 
 
 def _partition_state(raw: Mapping[Any, Any]) -> PartitionState:
+    def number(name: bytes) -> int:
+        return int(raw.get(name, 0))
+
     return PartitionState(
-        next_offset=int(raw.get(b"next", 0)),
-        hardened_offset=int(raw.get(b"hardened", 0)),
-        buffered_bytes=int(raw.get(b"bytes", 0)),
-        buffered_records=int(raw.get(b"records", 0)),
+        next_offset=number(b"next"),
+        hardened_offset=number(b"hardened"),
+        buffered_bytes=number(b"bytes"),
+        buffered_records=number(b"records"),
+        delivered_offset=number(b"delivered"),
+        hardened_records=number(b"hardened_records"),
+        hardened_bytes=number(b"hardened_bytes"),
+        delivered_records=number(b"delivered_records"),
+        delivered_bytes=number(b"delivered_bytes"),
+        expired_records=number(b"expired_records"),
     )

@@ -38,6 +38,8 @@ class TopicConfig:
     max_reliability: Reliability = Reliability.ASSURED_PERSISTENT
     producer_override: bool = True
     harden: HardenPolicy = HardenPolicy.SURVIVORS
+    # A group's first commit makes it a durable subscription (DESIGN §1).
+    auto_subscribe: bool = True
 
     @property
     def uuid(self) -> uuid.UUID:
@@ -61,6 +63,7 @@ class TopicConfig:
             max_reliability=Reliability.parse(raw["max_reliability"]),
             producer_override=bool(raw["producer_override"]),
             harden=HardenPolicy(raw["harden"]),
+            auto_subscribe=bool(raw.get("auto_subscribe", True)),
         )
 
 

@@ -6,11 +6,12 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from storage.acks import HardenedWaiters
+from storage.acks import SettledWaiters
 from storage.appends import AppendSignals
 from storage.budget import BufferBudget
 from storage.catalog import Catalog
 from storage.clock import wall_clock_ms
+from storage.delivery import Delivery
 from storage.log_queue import LogQueue
 
 
@@ -38,8 +39,9 @@ class KilnContext:
     settings: ServerSettings
     queue: LogQueue
     catalog: Catalog
-    waiters: HardenedWaiters
+    waiters: SettledWaiters
     budget: BufferBudget
+    delivery: Delivery
     appends: AppendSignals = field(default_factory=AppendSignals)
     clock_ms: Callable[[], int] = wall_clock_ms
     counters: ServerCounters = field(default_factory=ServerCounters)

@@ -1,0 +1,107 @@
+"""Delivery: a group's commits through Kiln, and the records they make delivered.
+
+A record at offset `o` is delivered when every durable subscription of its topic has
+committed an offset `> o` through Kiln (DESIGN §1). Group coordination lives elsewhere; it
+reports each successful OffsetCommit here. A commit by a group that is not yet a durable
+subscription registers it when the topic allows (`auto_subscribe`); other groups' commits
+count for nothing here.
+
+Under `harden = survivors` the batches below the delivered mark are dropped from the log
+queue at once, never written to Kafka (the hardener skips the delivered records of a batch
+that straddles the mark); under `all` and `never` the mark only answers assured acks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from storage.acks import SettledWaiters
+from storage.catalog import Catalog
+from storage.clock import wall_clock_ms
+from storage.log_queue import LogQueue
+from storage.model import TopicPartition
+from storage.subscriptions import Subscription, SubscriptionRegistry
+from storage.topics import HardenPolicy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DeliveryCounters:
+    commits_counted: int = 0
+    records_dropped: int = 0
+    dropped_by_topic: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+
+class Delivery:
+    def __init__(self, queue: LogQueue, catalog: Catalog, registry: SubscriptionRegistry,
+                 waiters: SettledWaiters, clock_ms: Callable[[], int] = wall_clock_ms) -> None:
+        self._queue = queue
+        self._catalog = catalog
+        self._registry = registry
+        self._waiters = waiters
+        self._clock_ms = clock_ms
+        self.counters = DeliveryCounters()
+
+    @property
+    def registry(self) -> SubscriptionRegistry:
+        return self._registry
+
+    async def committed(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """`group` committed `offsets` (the next offset it will read, per partition)."""
+        durable: dict[str, Sequence[str]] = {}
+        drop: dict[str, bool] = {}
+        for topic in {tp.topic for tp in offsets}:
+            config = await self._catalog.lookup(topic, allow_create=False)
+            if config is None:
+                continue
+            groups = await self._registry.groups(topic)
+            if group not in groups:
+                if not config.auto_subscribe:
+                    continue
+                if await self._registry.add(topic, group, source="auto",
+                                            now_ms=self._clock_ms()):
+                    log.info("group %s is now a durable subscription of %s (first commit)",
+                             group, topic)
+                groups = groups | {group}
+            durable[topic] = sorted(groups)
+            drop[topic] = config.harden is HardenPolicy.SURVIVORS
+        counted = {tp: offset for tp, offset in offsets.items() if tp.topic in durable}
+        if counted:
+            await self._apply(group, counted, durable, drop)
+
+    async def subscribe(self, topic: str, group: str) -> bool:
+        """Register `group` as a durable subscription of `topic` (operator's request).
+        Until the group commits on a partition, nothing there counts as delivered."""
+        return await self._registry.add(topic, group, source="operator", now_ms=self._clock_ms())
+
+    async def unsubscribe(self, topic: str, group: str) -> bool:
+        """Stop counting `group`; the remaining subscriptions alone decide delivery now."""
+        removed = await self._registry.remove(topic, group)
+        config = await self._catalog.lookup(topic, allow_create=False)
+        if config is None:
+            return removed
+        tps = [TopicPartition(topic, p) for p in range(config.partitions)]
+        await self._queue.forget_commits(tps, group)
+        remaining = sorted(await self._registry.groups(topic))
+        if remaining:
+            # Recount each partition's delivered mark from the remaining commits.
+            await self._apply("", {tp: 0 for tp in tps}, {topic: remaining},
+                              {topic: config.harden is HardenPolicy.SURVIVORS})
+        return removed
+
+    async def subscriptions(self) -> dict[str, dict[str, Subscription]]:
+        return await self._registry.all(fresh=True)
+
+    async def _apply(self, group: str, offsets: Mapping[TopicPartition, int],
+                     durable: Mapping[str, Sequence[str]], drop: Mapping[str, bool]) -> None:
+        results = await self._queue.deliver(group, offsets, durable, drop)
+        self.counters.commits_counted += 1
+        for tp, result in results.items():
+            self._waiters.settled(tp, result.delivered_offset)
+            if result.records_dropped:
+                self.counters.records_dropped += result.records_dropped
+                self.counters.dropped_by_topic[tp.topic] += result.records_dropped

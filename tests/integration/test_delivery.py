@@ -1,0 +1,248 @@
+"""Delivered records leave the log queue without being written to Kafka; assured acks are
+answered by delivery or hardening, whichever comes first.
+
+Commits are reported to Kiln's Delivery directly here, as the group coordinator does after
+each OffsetCommit; tests/compat drives the same path with real consumer groups.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterator
+
+import confluent_kafka
+import pytest
+import redis
+from kafka import KafkaProducer
+
+from storage.log_queue import PartitionState
+from storage.model import TopicPartition
+from storage.topics import HardenPolicy
+from tests.integration.test_produce_harden import kiln_offset, read_hardened
+from tests.kiln_harness import RunningKiln, start_kiln
+
+
+@pytest.fixture
+def slow_kiln(redis_url: str, kafka_bootstrap: str) -> Iterator[RunningKiln]:
+    """A fresh Kiln whose delay (60 s) never expires during a test: only delivery or an
+    explicit flush moves records."""
+    redis.Redis.from_url(redis_url).flushdb()
+    running = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=60_000)
+    yield running
+    running.stop()
+
+
+def produce(kiln: RunningKiln, topic: str, count: int, *, batch: bool = True) -> list[int]:
+    """`count` records to partition 0 with acks=1; their Kiln offsets. With batch=True they
+    travel as one record batch, else as one batch each."""
+    producer = KafkaProducer(bootstrap_servers=kiln.bootstrap, acks=1, linger_ms=1000,
+                             batch_size=1 << 20)
+    offsets = []
+    if batch:
+        futures = [producer.send(topic, value=b"record-%d" % i, partition=0)
+                   for i in range(count)]
+        producer.flush()
+        offsets = [f.get(timeout=10).offset for f in futures]
+    for i in range(0 if batch else count):
+        future = producer.send(topic, value=b"record-%d" % i, partition=0)
+        producer.flush()
+        offsets.append(future.get(timeout=10).offset)
+    producer.close()
+    return offsets
+
+
+def commit(kiln: RunningKiln, group: str, topic: str, offset: int) -> None:
+    kiln.call(kiln.app.delivery.committed(group, {TopicPartition(topic, 0): offset}))
+
+
+def state(kiln: RunningKiln, topic: str) -> PartitionState:
+    return kiln.call(kiln.app.queue.state(TopicPartition(topic, 0)))
+
+
+def set_policy(kiln: RunningKiln, topic: str, **changes: object) -> None:
+    async def update() -> None:
+        config = await kiln.app.catalog.lookup(topic, allow_create=False)
+        assert config is not None
+        await kiln.app.catalog.registry.update(dataclasses.replace(config, **changes))  # type: ignore[arg-type]
+    kiln.call(update())
+
+
+def test_records_committed_by_every_durable_subscription_are_dropped_unwritten(
+        slow_kiln: RunningKiln, kafka_bootstrap: str, unique_topic: str) -> None:
+    # Given 200 buffered records and one durable subscription (registered by its first commit)
+    offsets = produce(slow_kiln, unique_topic, 200, batch=False)
+    commit(slow_kiln, "readers", unique_topic, 0)
+
+    # When the group commits everything
+    commit(slow_kiln, "readers", unique_topic, 200)
+    after = state(slow_kiln, unique_topic)
+    flushed = slow_kiln.flush()
+
+    # Then nothing is buffered, nothing reached Kafka, and the counters say why
+    assert offsets == list(range(200))
+    assert (after.buffered_records, after.buffered_bytes) == (0, 0)
+    assert after.delivered_offset == 200
+    assert after.delivered_records == 200
+    assert flushed
+    assert read_hardened(kafka_bootstrap, unique_topic, 0, 0, timeout_s=1) == []
+    assert state(slow_kiln, unique_topic).hardened_records == 0
+
+
+def test_only_the_undelivered_part_of_a_straddling_batch_is_hardened(
+        slow_kiln: RunningKiln, kafka_bootstrap: str, unique_topic: str) -> None:
+    # Given one batch of 100 records, of which the durable subscription committed 40
+    produce(slow_kiln, unique_topic, 100, batch=True)
+    commit(slow_kiln, "readers", unique_topic, 40)
+    kept = state(slow_kiln, unique_topic)
+
+    # When the survivors are hardened
+    assert slow_kiln.flush()
+
+    # Then the batch stayed whole in Redis until then, and Kafka got offsets 40..99 only
+    records = read_hardened(kafka_bootstrap, unique_topic, 0, 60)
+    assert kept.buffered_records == 100
+    assert [kiln_offset(r) for r in records] == list(range(40, 100))
+    assert [r.value for r in records] == [b"record-%d" % i for i in range(40, 100)]
+    final = state(slow_kiln, unique_topic)
+    assert (final.hardened_records, final.delivered_records) == (60, 40)
+    assert (final.buffered_records, final.buffered_bytes) == (0, 0)
+
+
+def test_the_slowest_durable_subscription_decides(
+        slow_kiln: RunningKiln, kafka_bootstrap: str, unique_topic: str) -> None:
+    # Given two durable subscriptions, one at 150 and one at 50
+    produce(slow_kiln, unique_topic, 200, batch=False)
+    for group in ("fast", "slow"):
+        slow_kiln.call(slow_kiln.app.delivery.subscribe(unique_topic, group))
+    commit(slow_kiln, "fast", unique_topic, 150)
+    commit(slow_kiln, "slow", unique_topic, 50)
+
+    # When the survivors are hardened
+    middle = state(slow_kiln, unique_topic)
+    assert slow_kiln.flush()
+
+    # Then only what both read was dropped
+    records = read_hardened(kafka_bootstrap, unique_topic, 0, 150)
+    assert middle.delivered_offset == 50
+    assert middle.buffered_records == 150
+    assert [kiln_offset(r) for r in records] == list(range(50, 200))
+
+
+def test_a_commit_beyond_the_high_watermark_delivers_only_what_exists(
+        slow_kiln: RunningKiln, kafka_bootstrap: str, unique_topic: str) -> None:
+    # Given 10 records and a group that commits offset 1000
+    produce(slow_kiln, unique_topic, 10, batch=False)
+    commit(slow_kiln, "eager", unique_topic, 1000)
+
+    # When 10 more are produced and hardened
+    produce(slow_kiln, unique_topic, 10, batch=False)
+    assert slow_kiln.flush()
+
+    # Then the later records were not taken as delivered
+    records = read_hardened(kafka_bootstrap, unique_topic, 0, 10)
+    assert [kiln_offset(r) for r in records] == list(range(10, 20))
+
+
+def test_harden_all_keeps_delivered_records_for_kafka(
+        slow_kiln: RunningKiln, kafka_bootstrap: str, unique_topic: str) -> None:
+    # Given a topic whose policy hardens everything, and a durable subscription that read all
+    produce(slow_kiln, unique_topic, 50, batch=False)
+    set_policy(slow_kiln, unique_topic, harden=HardenPolicy.ALL)
+    commit(slow_kiln, "readers", unique_topic, 50)
+    buffered = state(slow_kiln, unique_topic).buffered_records
+
+    # When the buffer is hardened
+    assert slow_kiln.flush()
+
+    # Then every record reached Kafka
+    records = read_hardened(kafka_bootstrap, unique_topic, 0, 50)
+    assert buffered == 50
+    assert [kiln_offset(r) for r in records] == list(range(50))
+
+
+def test_a_topic_without_auto_subscription_ignores_unregistered_groups(
+        slow_kiln: RunningKiln, kafka_bootstrap: str, unique_topic: str) -> None:
+    # Given a topic that only counts operator-registered subscriptions
+    produce(slow_kiln, unique_topic, 30, batch=False)
+    set_policy(slow_kiln, unique_topic, auto_subscribe=False)
+
+    # When an unregistered group commits everything, then a registered one commits 10
+    commit(slow_kiln, "visitor", unique_topic, 30)
+    untouched = state(slow_kiln, unique_topic)
+    slow_kiln.call(slow_kiln.app.delivery.subscribe(unique_topic, "registered"))
+    commit(slow_kiln, "registered", unique_topic, 10)
+
+    # Then only the registered group's progress counts
+    assert untouched.delivered_offset == 0
+    assert untouched.buffered_records == 30
+    assert state(slow_kiln, unique_topic).buffered_records == 20
+
+
+def test_removing_a_subscription_lets_the_others_decide(
+        slow_kiln: RunningKiln, unique_topic: str) -> None:
+    # Given two durable subscriptions, one stuck at 0
+    produce(slow_kiln, unique_topic, 40, batch=False)
+    commit(slow_kiln, "stuck", unique_topic, 0)
+    commit(slow_kiln, "reader", unique_topic, 40)
+    held = state(slow_kiln, unique_topic).buffered_records
+
+    # When the stuck one is removed
+    removed = slow_kiln.call(slow_kiln.app.delivery.unsubscribe(unique_topic, "stuck"))
+
+    # Then the remaining subscription's commit delivers everything
+    assert removed
+    assert held == 40
+    after = state(slow_kiln, unique_topic)
+    assert (after.delivered_offset, after.buffered_records) == (40, 0)
+
+
+def test_an_assured_ack_is_answered_by_delivery_before_the_delay(
+        slow_kiln: RunningKiln, kafka_bootstrap: str, unique_topic: str) -> None:
+    # Given a durable subscription and an acks=all producer waiting on a 60 s delay
+    produce(slow_kiln, unique_topic, 1, batch=False)
+    commit(slow_kiln, "readers", unique_topic, 1)
+    producer = confluent_kafka.Producer({"bootstrap.servers": slow_kiln.bootstrap,
+                                         "acks": "all", "enable.idempotence": True})
+    reports: list[tuple[object, int]] = []
+    producer.produce(unique_topic, value=b"assured", partition=0,
+                     on_delivery=lambda err, msg: reports.append((err, msg.offset())))
+    producer.poll(0)
+    time.sleep(1.0)
+    producer.poll(0)
+    waiting = list(reports)
+
+    # When the subscription commits past the record
+    commit(slow_kiln, "readers", unique_topic, 2)
+    producer.flush(10)
+
+    # Then the producer is answered without the record being hardened
+    assert waiting == []
+    assert reports == [(None, 1)]
+    assert read_hardened(kafka_bootstrap, unique_topic, 0, 0, timeout_s=1) == []
+
+
+def test_an_assured_ack_is_answered_by_hardening_when_no_one_reads(
+        slow_kiln: RunningKiln, kafka_bootstrap: str, unique_topic: str) -> None:
+    # Given an acks=all producer, a durable subscription that does not read, a 60 s delay
+    produce(slow_kiln, unique_topic, 1, batch=False)
+    commit(slow_kiln, "idle", unique_topic, 0)
+    producer = confluent_kafka.Producer({"bootstrap.servers": slow_kiln.bootstrap,
+                                         "acks": "all", "enable.idempotence": True})
+    reports: list[tuple[object, int]] = []
+    producer.produce(unique_topic, value=b"assured", partition=0,
+                     on_delivery=lambda err, msg: reports.append((err, msg.offset())))
+    producer.poll(0)
+    time.sleep(1.0)
+    producer.poll(0)
+    waiting = list(reports)
+
+    # When the buffer is hardened
+    assert slow_kiln.flush()
+    producer.flush(10)
+
+    # Then the producer is answered, and the record is in Kafka
+    assert waiting == []
+    assert reports == [(None, 1)]
+    records = read_hardened(kafka_bootstrap, unique_topic, 0, 2)
+    assert [kiln_offset(r) for r in records] == [0, 1]
