@@ -48,7 +48,7 @@ class KilnApp:
             self.queue, self.catalog, self.kafka, FixedDelay(settings.harden_delay_ms),
             self.waiters, HardenerSettings(owner=f"kiln-{settings.node_id}-{uuid.uuid4().hex}"),
         )
-        self.delivery = Delivery(self.queue, self.catalog,
+        self.delivery = Delivery(self.queue, self.catalog.registry,
                                  SubscriptionRegistry(self.queue.redis), self.waiters)
         self.appends = AppendSignals()
         self.appends.add_listener(self.hardener.appended)
@@ -79,6 +79,10 @@ class KilnApp:
         except StorageError as exc:
             raise StartupError(f"cannot reach Kafka at {self.settings.kafka_bootstrap}: "
                                f"{exc.message}") from exc
+        for topic, group in self.settings.subscriptions:
+            if await self.delivery.subscribe(topic, group, source="config"):
+                log.info("durable subscription %s of topic %s registered from the configuration",
+                         group, topic)
         self.budget.start()
         self.hardener.start()
         await self.listener.start()

@@ -11,8 +11,10 @@ from typing import Any
 import click
 
 from cli import logs
+from cli.admin import settings_from
 from cli.app import KilnApp, StartupError
-from cli.settings import Settings, SettingsError, load_settings
+from cli.settings import Settings
+from cli.subscriptions import subscriptions
 from storage.errors import StorageError
 
 log = logging.getLogger(__name__)
@@ -37,11 +39,6 @@ def serve_options(func: Any) -> Any:
     return func
 
 
-def _settings(config_file: Path | None, **flags: Any) -> Settings:
-    try:
-        return load_settings(config_file, overrides=flags)
-    except SettingsError as exc:
-        raise click.UsageError(str(exc)) from exc
 
 
 @click.group()
@@ -50,11 +47,14 @@ def main() -> None:
     """Kiln: a Kafka-compatible write-behind proxy (Redis in front, Kafka behind)."""
 
 
+main.add_command(subscriptions)
+
+
 @main.command()
 @serve_options
 def serve(config_file: Path | None, **flags: Any) -> None:
     """Run the proxy against an existing Redis and Kafka."""
-    settings = _settings(config_file, **flags)
+    settings = settings_from(config_file, **flags)
     logs.configure(settings.log_level, settings.log_json)
     _run(settings)
 
@@ -67,7 +67,7 @@ def dev(config_file: Path | None, **flags: Any) -> None:
     Ctrl-C stops all three."""
     from cli.local_services import LocalRedis, LocalTansu, ServiceError
 
-    settings = _settings(config_file, **flags)
+    settings = settings_from(config_file, **flags)
     logs.configure(settings.log_level, settings.log_json)
     redis, broker = LocalRedis(), LocalTansu()
     try:
@@ -81,7 +81,7 @@ def dev(config_file: Path | None, **flags: Any) -> None:
                f"kiln   {settings.listen}  (point your Kafka clients here; Ctrl-C stops all)")
     try:
         overrides = {**flags, "redis_url": redis.url, "kafka_bootstrap": broker.bootstrap}
-        _run(_settings(config_file, **overrides))
+        _run(settings_from(config_file, **overrides))
     finally:
         broker.stop()
         redis.stop()

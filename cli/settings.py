@@ -33,6 +33,12 @@ class Settings:
     max_frame_bytes: int = 100 * 1024 * 1024
     log_level: str = "info"
     log_json: bool = False
+    # Durable subscriptions registered at start: "TOPIC:GROUP,TOPIC:GROUP" (DESIGN §1).
+    durable_subscriptions: str = ""
+
+    @property
+    def subscriptions(self) -> list[tuple[str, str]]:
+        return parse_subscriptions(self.durable_subscriptions)
 
     @property
     def listen_address(self) -> tuple[str, int]:
@@ -54,6 +60,18 @@ def parse_host_port(text: str, key: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise SettingsError(f"{key}: expected HOST:PORT, got {text!r}")
     return host.strip("[]"), int(port)
+
+
+def parse_subscriptions(text: str) -> list[tuple[str, str]]:
+    """"orders:billing,orders:audit" -> [("orders", "billing"), ("orders", "audit")]; topic
+    names cannot hold ':', so the first one splits topic from group."""
+    pairs = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        topic, sep, group = item.partition(":")
+        if not sep or not topic or not group:
+            raise SettingsError(f"durable_subscriptions: expected TOPIC:GROUP, got {item!r}")
+        pairs.append((topic, group))
+    return pairs
 
 
 def _coerce(key: str, raw: Any, kind: type, source: str) -> Any:
@@ -92,6 +110,7 @@ def _validate(settings: Settings) -> Settings:
     for key in ("default_partitions", "max_frame_bytes"):
         if getattr(settings, key) < 1:
             raise SettingsError(f"{key}: must be >= 1, got {getattr(settings, key)}")
+    settings.subscriptions  # noqa: B018
     if settings.log_level not in _LOG_LEVELS:
         raise SettingsError(f"log_level: one of {', '.join(_LOG_LEVELS)}, got "
                             f"{settings.log_level!r}")

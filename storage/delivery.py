@@ -19,12 +19,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from storage.acks import SettledWaiters
-from storage.catalog import Catalog
 from storage.clock import wall_clock_ms
 from storage.log_queue import LogQueue
 from storage.model import TopicPartition
 from storage.subscriptions import Subscription, SubscriptionRegistry
-from storage.topics import HardenPolicy
+from storage.topics import HardenPolicy, TopicRegistry
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +36,10 @@ class DeliveryCounters:
 
 
 class Delivery:
-    def __init__(self, queue: LogQueue, catalog: Catalog, registry: SubscriptionRegistry,
+    def __init__(self, queue: LogQueue, topics: TopicRegistry, registry: SubscriptionRegistry,
                  waiters: SettledWaiters, clock_ms: Callable[[], int] = wall_clock_ms) -> None:
         self._queue = queue
-        self._catalog = catalog
+        self._topics = topics
         self._registry = registry
         self._waiters = waiters
         self._clock_ms = clock_ms
@@ -55,7 +54,7 @@ class Delivery:
         durable: dict[str, Sequence[str]] = {}
         drop: dict[str, bool] = {}
         for topic in {tp.topic for tp in offsets}:
-            config = await self._catalog.lookup(topic, allow_create=False)
+            config = await self._topics.get(topic)
             if config is None:
                 continue
             groups = await self._registry.groups(topic)
@@ -73,15 +72,15 @@ class Delivery:
         if counted:
             await self._apply(group, counted, durable, drop)
 
-    async def subscribe(self, topic: str, group: str) -> bool:
-        """Register `group` as a durable subscription of `topic` (operator's request).
+    async def subscribe(self, topic: str, group: str, source: str = "operator") -> bool:
+        """Register `group` as a durable subscription of `topic`; False if it already was.
         Until the group commits on a partition, nothing there counts as delivered."""
-        return await self._registry.add(topic, group, source="operator", now_ms=self._clock_ms())
+        return await self._registry.add(topic, group, source=source, now_ms=self._clock_ms())
 
     async def unsubscribe(self, topic: str, group: str) -> bool:
         """Stop counting `group`; the remaining subscriptions alone decide delivery now."""
         removed = await self._registry.remove(topic, group)
-        config = await self._catalog.lookup(topic, allow_create=False)
+        config = await self._topics.get(topic)
         if config is None:
             return removed
         tps = [TopicPartition(topic, p) for p in range(config.partitions)]

@@ -532,6 +532,17 @@ class LogQueue:
         return {tp: DeliverResult(int(mark), int(dropped))
                 for tp, (mark, dropped) in zip(tps, replies, strict=True)}
 
+    async def commits(self, tps: Sequence[TopicPartition]) -> list[dict[str, int]]:
+        """Per partition: durable subscription -> the offset it committed."""
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for tp in tps:
+                    pipe.hgetall(_key(tp, "commits"))
+                raws = await pipe.execute()
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        return [{k.decode(): int(v) for k, v in raw.items()} for raw in raws]
+
     async def forget_commits(self, tps: Sequence[TopicPartition], group: str) -> None:
         """`group` is no longer a durable subscription of these partitions' topic."""
         try:

@@ -24,7 +24,7 @@ _KEY = "kiln:subscriptions"
 class Subscription:
     topic: str
     group: str
-    source: str  # "auto" (registered by the group's first commit) or "operator"
+    source: str  # "auto" (the group's first commit), "config" or "operator" (the CLI)
     since_ms: int
 
 

@@ -48,3 +48,15 @@ def test_advertise_defaults_to_loopback_for_wildcard_listen() -> None:
 def test_negative_delay_rejected() -> None:
     with pytest.raises(SettingsError, match="harden_delay_ms: must be >= 0"):
         load_settings(overrides={"harden_delay_ms": -1}, environ={})
+
+
+def test_durable_subscriptions_are_topic_group_pairs() -> None:
+    settings = load_settings(environ={"KILN_DURABLE_SUBSCRIPTIONS": "orders:billing, orders:a:b"})
+
+    assert settings.subscriptions == [("orders", "billing"), ("orders", "a:b")]
+
+
+def test_a_subscription_without_group_is_named() -> None:
+    with pytest.raises(SettingsError,
+                       match="durable_subscriptions: expected TOPIC:GROUP, got 'orders'"):
+        load_settings(environ={"KILN_DURABLE_SUBSCRIPTIONS": "orders"})
