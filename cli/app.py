@@ -16,10 +16,14 @@ from storage.budget import BufferBudget
 from storage.catalog import Catalog, CatalogSettings
 from storage.delivery import Delivery
 from storage.errors import StorageError
+from storage.groups.coordinator import GroupCoordinator
+from storage.groups.model import MembershipSettings
+from storage.groups.store import GroupStore
 from storage.hardener import Hardener, HardenerSettings
 from storage.kafka.client import KafkaClient
 from storage.log_queue import LogQueue
 from storage.policy.delay import FixedDelay
+from storage.read_through import ColdReader
 from storage.subscriptions import SubscriptionRegistry
 from storage.topics import TopicRegistry
 
@@ -50,6 +54,17 @@ class KilnApp:
         )
         self.delivery = Delivery(self.queue, self.catalog.registry,
                                  SubscriptionRegistry(self.queue.redis), self.waiters)
+        # Reads get their own connections: a large fetch must not hold up hardening writes,
+        # and an unreachable Kafka should fail a consumer's read quickly.
+        self.cold_kafka = KafkaClient(settings.kafka_bootstrap,
+                                      client_id=f"kiln-{settings.node_id}-read",
+                                      connect_timeout=3.0, request_timeout=15.0)
+        self.cold = ColdReader(self.cold_kafka)
+        self.groups = GroupCoordinator(GroupStore.from_url(settings.redis_url), MembershipSettings(
+            initial_rebalance_delay_ms=settings.group_initial_rebalance_delay_ms,
+            min_session_timeout_ms=settings.group_min_session_timeout_ms,
+            max_session_timeout_ms=settings.group_max_session_timeout_ms,
+        ))
         self.appends = AppendSignals()
         self.appends.add_listener(self.hardener.appended)
         host, port = settings.advertised_address
@@ -58,7 +73,8 @@ class KilnApp:
                                     advertised_port=port,
                                     max_frame_bytes=settings.max_frame_bytes),
             queue=self.queue, catalog=self.catalog, waiters=self.waiters, budget=self.budget,
-            delivery=self.delivery, appends=self.appends,
+            delivery=self.delivery, appends=self.appends, groups=self.groups,
+            cold=self.cold,
         )
         listen_host, listen_port = settings.listen_address
         self.listener = Listener(self.context, listen_host, listen_port)
@@ -101,10 +117,13 @@ class KilnApp:
 
     async def close(self) -> None:
         await self.listener.close()
+        await self.groups.stop()
         await self.hardener.stop()
         await self.budget.stop()
         await self.waiters.close()
         await self.kafka.close()
+        await self.cold.close()
+        await self.cold_kafka.close()
         await self.queue.close()
 
     async def run_until(self, stop: asyncio.Event) -> None:

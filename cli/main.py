@@ -14,6 +14,7 @@ from cli import logs
 from cli.admin import settings_from
 from cli.app import KilnApp, StartupError
 from cli.settings import Settings
+from cli.status import status
 from cli.subscriptions import subscriptions
 from storage.errors import StorageError
 
@@ -48,6 +49,7 @@ def main() -> None:
 
 
 main.add_command(subscriptions)
+main.add_command(status)
 
 
 @main.command()

@@ -35,6 +35,12 @@ class Settings:
     log_json: bool = False
     # Durable subscriptions registered at start: "TOPIC:GROUP,TOPIC:GROUP" (DESIGN §1).
     durable_subscriptions: str = ""
+    # Consumer groups: how long a new group waits for more members before its first
+    # rebalance completes (Kafka's group.initial.rebalance.delay.ms, 3 s there), and the
+    # session timeouts members may ask for (Kafka's group.min/max.session.timeout.ms).
+    group_initial_rebalance_delay_ms: int = 300
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
 
     @property
     def subscriptions(self) -> list[tuple[str, str]]:
@@ -111,6 +117,16 @@ def _validate(settings: Settings) -> Settings:
         if getattr(settings, key) < 1:
             raise SettingsError(f"{key}: must be >= 1, got {getattr(settings, key)}")
     settings.subscriptions  # noqa: B018
+    if settings.group_initial_rebalance_delay_ms < 0:
+        raise SettingsError("group_initial_rebalance_delay_ms: must be >= 0, got "
+                            f"{settings.group_initial_rebalance_delay_ms}")
+    if settings.group_min_session_timeout_ms < 1:
+        raise SettingsError("group_min_session_timeout_ms: must be >= 1, got "
+                            f"{settings.group_min_session_timeout_ms}")
+    if settings.group_max_session_timeout_ms < settings.group_min_session_timeout_ms:
+        raise SettingsError("group_max_session_timeout_ms: must be >= group_min_session_"
+                            f"timeout_ms ({settings.group_min_session_timeout_ms}), got "
+                            f"{settings.group_max_session_timeout_ms}")
     if settings.log_level not in _LOG_LEVELS:
         raise SettingsError(f"log_level: one of {', '.join(_LOG_LEVELS)}, got "
                             f"{settings.log_level!r}")

@@ -7,8 +7,11 @@ in Kafka are adopted with their partition count.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from proxy.protocol.errors import ErrorCode, KafkaError
@@ -17,7 +20,14 @@ from storage.hardened_store import resume_offset
 from storage.kafka.client import KafkaClient
 from storage.log_queue import LogQueue
 from storage.model import TopicPartition
-from storage.topics import TopicConfig, TopicRegistry, new_topic, validate_topic_name
+from storage.topics import (
+    TopicConfig,
+    TopicRegistry,
+    new_topic,
+    split_configs,
+    validate_topic_name,
+    with_kiln_configs,
+)
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +44,7 @@ class Catalog:
     def __init__(self, registry: TopicRegistry, queue: LogQueue, kafka: KafkaClient,
                  settings: CatalogSettings) -> None:
         self._registry = registry
+        self._adopting: dict[str, asyncio.Future[TopicConfig]] = {}
         self._queue = queue
         self._kafka = kafka
         self._settings = settings
@@ -70,6 +81,15 @@ class Catalog:
         return topics
 
     async def _adopt(self, name: str, partitions: int) -> TopicConfig:
+        """Adopt once, however many callers ask at the same time."""
+        pending = self._adopting.get(name)
+        if pending is None:
+            pending = asyncio.ensure_future(self._adopt_now(name, partitions))
+            self._adopting[name] = pending
+            pending.add_done_callback(lambda _: self._adopting.pop(name, None))
+        return await asyncio.shield(pending)
+
+    async def _adopt_now(self, name: str, partitions: int) -> TopicConfig:
         """Register a topic that Kafka has and Kiln does not (new to Kiln, or Redis lost its
         data): each partition's Kiln offsets continue after the last one Kafka holds, or,
         when Kafka holds none, after Kafka's own offsets. A record in Kafka without a Kiln
@@ -84,32 +104,37 @@ class Catalog:
         return await self._registry.create(new_topic(name, partitions))
 
     async def create(self, name: str, partitions: int, *, require_kafka: bool,
-                     validate_only: bool = False) -> TopicConfig:
+                     validate_only: bool = False,
+                     configs: Mapping[str, str | None] | None = None) -> TopicConfig:
         """Create in Kafka, then in Kiln. With require_kafka=False an unreachable Kafka is
-        tolerated: the hardener creates the Kafka topic before it first writes to it."""
-        config = new_topic(name, partitions)
+        tolerated: the hardener creates the Kafka topic before it first writes to it.
+        `configs`: `kiln.*` ones set Kiln's policy for the topic, the rest go to Kafka."""
+        kiln, kafka_configs = split_configs(configs or {})
+        config = with_kiln_configs(new_topic(name, partitions), kiln)
         if await self._registry.get(name) is not None:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
         if validate_only:
             return config
         try:
-            partitions = await self.ensure_in_kafka(name, partitions)
+            partitions = await self.ensure_in_kafka(name, partitions, configs=kafka_configs)
         except HardenedStoreUnavailable:
             if require_kafka:
                 raise
             log.warning("Kafka unreachable; topic %s created in Kiln only for now", name)
-        created = await self._registry.create(new_topic(name, partitions, config.uuid))
+        created = await self._registry.create(dataclasses.replace(config, partitions=partitions))
         log.info("topic %s created with %d partitions", name, created.partitions)
         return created
 
-    async def ensure_in_kafka(self, name: str, partitions: int, *, fresh: bool = False) -> int:
+    async def ensure_in_kafka(self, name: str, partitions: int, *, fresh: bool = False,
+                              configs: Mapping[str, str] | None = None) -> int:
         """Make sure Kafka has the topic; returns Kafka's partition count for it. With
         `fresh`, Kafka is asked again rather than trusting the cached listing (a broker that
         came back empty must not be written to as if it had the topic)."""
         existing = (await self._kafka_listing(refresh=fresh)).get(name)
         if existing is not None:
             return existing
-        await self._kafka.create_topic(name, partitions)  # False when it already exists
+        # False when it already exists
+        await self._kafka.create_topic(name, partitions, configs=dict(configs or {}))
         kafka = await self._kafka_listing(refresh=True)
         return kafka.get(name, partitions)
 

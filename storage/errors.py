@@ -30,6 +30,11 @@ class HardenedStoreUnavailable(StorageError):
         super().__init__(ErrorCode.KAFKA_STORAGE_ERROR, f"hardened store unavailable: {message}")
 
 
+class HardenedTopicMissing(HardenedStoreUnavailable):
+    """Kafka does not have the topic (not yet created, or the broker lost it): it holds none
+    of its records. Retriable for writers, who create it first."""
+
+
 class HardenedStoreRejected(StorageError):
     """Kafka refused a request for a reason retrying will not fix."""
 

@@ -254,6 +254,8 @@ return 0
 
 
 _READ_BATCHES = 200
+# How long a command may wait for a pooled connection before it counts as Redis unavailable.
+_POOL_WAIT_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,15 +324,20 @@ class LogQueue:
         self._deliver = redis.register_script(_DELIVER)
 
     @classmethod
-    def from_url(cls, url: str) -> LogQueue:
-        return cls(aioredis.Redis.from_url(url, decode_responses=False))
+    def from_url(cls, url: str, max_connections: int = 64) -> LogQueue:
+        """A pool that makes callers wait for a free connection rather than fail: redis-py's
+        default pool refuses the 101st concurrent command, and every partition's hardening
+        task, fetch and produce shares this one."""
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url, max_connections=max_connections, timeout=_POOL_WAIT_S, decode_responses=False)
+        return cls(aioredis.Redis(connection_pool=pool))
 
     @property
     def redis(self) -> aioredis.Redis:
         return self._redis
 
     async def close(self) -> None:
-        await self._redis.aclose()
+        await self._redis.aclose(close_connection_pool=True)
 
     async def ping(self) -> None:
         try:
@@ -476,14 +483,17 @@ class LogQueue:
         return _partition_state(raw)
 
     async def states(self, tps: Sequence[TopicPartition]) -> list[PartitionState]:
+        return [_partition_state(raw) for raw in await self._hashes(tps, "meta")]
+
+    async def _hashes(self, tps: Sequence[TopicPartition], kind: str) -> list[dict[Any, Any]]:
+        """One hash per partition, in one round trip."""
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
                 for tp in tps:
-                    pipe.hgetall(_key(tp, "meta"))
-                raws = await pipe.execute()
+                    pipe.hgetall(_key(tp, kind))
+                return list(await pipe.execute())
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
-        return [_partition_state(raw) for raw in raws]
 
     async def trim_below(self, tp: TopicPartition, offset: int) -> tuple[int, int]:
         """Drop whole batches below `offset` and advance the hardened mark to it.
@@ -534,14 +544,8 @@ class LogQueue:
 
     async def commits(self, tps: Sequence[TopicPartition]) -> list[dict[str, int]]:
         """Per partition: durable subscription -> the offset it committed."""
-        try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for tp in tps:
-                    pipe.hgetall(_key(tp, "commits"))
-                raws = await pipe.execute()
-        except (RedisError, OSError) as exc:
-            raise BufferUnavailable(str(exc)) from exc
-        return [{k.decode(): int(v) for k, v in raw.items()} for raw in raws]
+        return [{k.decode(): int(v) for k, v in raw.items()}
+                for raw in await self._hashes(tps, "commits")]
 
     async def forget_commits(self, tps: Sequence[TopicPartition], group: str) -> None:
         """`group` is no longer a durable subscription of these partitions' topic."""

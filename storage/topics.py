@@ -6,11 +6,14 @@ HSETNX makes creation race-free between processes.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -80,6 +83,77 @@ def new_topic(name: str, partitions: int, topic_id: uuid.UUID | None = None) -> 
     if partitions < 1:
         raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"{partitions} partitions")
     return TopicConfig(name=name, partitions=partitions, topic_id=str(topic_id or uuid.uuid4()))
+
+
+# Kiln's own topic settings, given as topic configs (CreateTopics, `--config kiln.harden=all`);
+# every other config is Kafka's and goes to the hardened topic.
+KILN_CONFIG_PREFIX = "kiln."
+_BOOLEANS = {"true": True, "false": False}
+
+
+def _parse_bool(value: str) -> bool:
+    if value.lower() not in _BOOLEANS:
+        raise ValueError(f"expected true or false, got {value!r}")
+    return _BOOLEANS[value.lower()]
+
+
+def _parse_harden(value: str) -> HardenPolicy:
+    try:
+        return HardenPolicy(value.lower())
+    except ValueError:
+        known = ", ".join(p.value for p in HardenPolicy)
+        raise ValueError(f"unknown harden policy {value!r} (one of {known})") from None
+
+
+_KILN_CONFIGS: dict[str, tuple[str, Any]] = {
+    "kiln.reliability": ("reliability", Reliability.parse),
+    "kiln.max.reliability": ("max_reliability", Reliability.parse),
+    "kiln.producer.override": ("producer_override", _parse_bool),
+    "kiln.harden": ("harden", _parse_harden),
+    "kiln.auto.subscribe": ("auto_subscribe", _parse_bool),
+}
+
+
+def split_configs(configs: Mapping[str, str | None]) -> tuple[dict[str, str], dict[str, str]]:
+    """(Kiln's `kiln.*` configs, Kafka's) from a topic's configs; None values are left out."""
+    kiln: dict[str, str] = {}
+    kafka: dict[str, str] = {}
+    for name, value in configs.items():
+        if value is not None:
+            (kiln if name.startswith(KILN_CONFIG_PREFIX) else kafka)[name] = value
+    return kiln, kafka
+
+
+def with_kiln_configs(config: TopicConfig, configs: Mapping[str, str]) -> TopicConfig:
+    """`config` with `kiln.*` topic configs applied; INVALID_CONFIG names a bad one."""
+    changes: dict[str, Any] = {}
+    for name, value in configs.items():
+        if name not in _KILN_CONFIGS:
+            known = ", ".join(sorted(_KILN_CONFIGS))
+            raise KafkaError(ErrorCode.INVALID_CONFIG,
+                             f"unknown topic config {name!r} (Kiln's are {known})")
+        field_name, parse = _KILN_CONFIGS[name]
+        try:
+            changes[field_name] = parse(value)
+        except ValueError as exc:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"{name}: {exc}") from None
+    updated = dataclasses.replace(config, **changes)
+    if updated.reliability > updated.max_reliability:
+        raise KafkaError(ErrorCode.INVALID_CONFIG,
+                         f"kiln.reliability {updated.reliability.name.lower()} is above "
+                         f"kiln.max.reliability {updated.max_reliability.name.lower()}")
+    return updated
+
+
+def kiln_configs(config: TopicConfig) -> dict[str, str]:
+    """The topic's Kiln settings as `kiln.*` topic configs."""
+    return {
+        "kiln.reliability": config.reliability.name.lower(),
+        "kiln.max.reliability": config.max_reliability.name.lower(),
+        "kiln.producer.override": str(config.producer_override).lower(),
+        "kiln.harden": config.harden.value,
+        "kiln.auto.subscribe": str(config.auto_subscribe).lower(),
+    }
 
 
 class TopicRegistry:

@@ -47,11 +47,19 @@ class RawClient:
         return out
 
     def request(self, message: Any, version: int, response_class: Any) -> Any:
+        return self.receive(self.send(message, version), version, response_class)
+
+    def send(self, message: Any, version: int) -> int:
+        """Send a request without waiting for its answer; returns its correlation id."""
         self._correlation_id += 1
         message.with_header(correlation_id=self._correlation_id, client_id="raw-test")
         self.send_frame(bytes(message.encode(version=version, header=True)))
+        return self._correlation_id
+
+    def receive(self, correlation_id: int, version: int, response_class: Any) -> Any:
+        """The next answer on the connection, which must be the one to `correlation_id`."""
         frame = self.read_frame()
-        assert struct.unpack_from(">i", frame)[0] == self._correlation_id
+        assert struct.unpack_from(">i", frame)[0] == correlation_id
         flexible = response_class.flexible_version_q(version)
         return response_class.decode(frame[5 if flexible else 4:], version=version)
 

@@ -101,6 +101,21 @@ CLIENT_APIS: dict[int, ApiSpec] = {
             metadata.FindCoordinatorRequest,
             metadata.FindCoordinatorResponse,
         ),
+        # Consumer groups, the classic protocol (storage/groups).
+        _spec(
+            ApiKey.OFFSET_COMMIT, 2, 8, consumer.OffsetCommitRequest, consumer.OffsetCommitResponse
+        ),
+        _spec(
+            ApiKey.OFFSET_FETCH, 1, 7, consumer.OffsetFetchRequest, consumer.OffsetFetchResponse
+        ),
+        _spec(ApiKey.JOIN_GROUP, 0, 7, consumer.JoinGroupRequest, consumer.JoinGroupResponse),
+        _spec(ApiKey.HEARTBEAT, 0, 4, consumer.HeartbeatRequest, consumer.HeartbeatResponse),
+        _spec(ApiKey.LEAVE_GROUP, 0, 4, consumer.LeaveGroupRequest, consumer.LeaveGroupResponse),
+        _spec(ApiKey.SYNC_GROUP, 0, 5, consumer.SyncGroupRequest, consumer.SyncGroupResponse),
+        _spec(
+            ApiKey.DESCRIBE_GROUPS, 0, 5, admin.DescribeGroupsRequest, admin.DescribeGroupsResponse
+        ),
+        _spec(ApiKey.LIST_GROUPS, 0, 4, admin.ListGroupsRequest, admin.ListGroupsResponse),
     )
 }
 

@@ -1,4 +1,5 @@
-"""Record batches opened up: decoding them, and re-encoding survivors for the hardened store.
+"""Record batches opened up: decoding them, re-encoding survivors for the hardened store, and
+rebuilding hardened batches in Kiln offsets when they are read back (read-through).
 
 Client batches are stored whole, but when they are hardened every record gets a `kiln.offset`
 header (its Kiln offset, 8 bytes big-endian) so that, after a crash, the tail of the Kafka
@@ -21,7 +22,7 @@ import crc32c
 from aiokafka.codec import gzip_encode, lz4_encode, snappy_encode, zstd_encode
 from aiokafka.record._crecords import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from proxy.protocol.batch import CONTROL_BIT, HEADER_SIZE, read_header
+from proxy.protocol.batch import CONTROL_BIT, HEADER_SIZE, TIMESTAMP_TYPE_BIT, read_header
 from proxy.protocol.errors import ErrorCode, KafkaError
 
 KILN_OFFSET_HEADER = "kiln.offset"
@@ -262,3 +263,181 @@ def last_kiln_offset(record_set: bytes | memoryview) -> int | None:
             if offset is not None and (best is None or offset > best):
                 best = offset
     return best
+
+
+# --- Reading hardened records back, in Kiln offsets (read-through) -------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LocatedRecord:
+    """A data record of a fetched Kafka record set, in both offset spaces."""
+
+    kafka_offset: int
+    kiln_offset: int
+    timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSpan:
+    """The first and last data record of one whole batch of a fetched record set."""
+
+    first: LocatedRecord
+    last: LocatedRecord
+    max_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class KilnRecordSet:
+    """Fetched Kafka records rebuilt as batches whose record offsets are Kiln offsets.
+
+    `last` is the last record put into `data`; `end_kafka_offset` the Kafka offset after the
+    last whole input batch read through (None when there was none); `full` says the output
+    reached its byte limit before the input's records ran out.
+    """
+
+    data: bytes
+    record_count: int
+    last: LocatedRecord | None
+    end_kafka_offset: int | None
+    full: bool
+
+
+def _pop_kiln_offset(headers: list[Header]) -> int | None:
+    """Remove the `kiln.offset` header Kiln added (the last well-formed one) and return its
+    value; a client's own header of that name stays, as the hot tier serves it."""
+    for i in range(len(headers) - 1, -1, -1):
+        key, value = headers[i]
+        if key == KILN_OFFSET_HEADER and value is not None and len(value) == _INT64.size:
+            del headers[i]
+            return int(_INT64.unpack(value)[0])
+    return None
+
+
+def _batch_end(view: memoryview) -> int:
+    """The Kafka offset after a whole batch (any message format)."""
+    if len(view) >= HEADER_SIZE and view[_MAGIC_AT] == 2:
+        header = read_header(view)
+        return header.base_offset + header.last_offset_delta + 1
+    return int(_INT64.unpack_from(view, 0)[0]) + 1  # an older message set entry
+
+
+def _located(batch: bytes) -> Iterator[LocatedRecord]:
+    """Each record of a data batch with its Kiln offset: the `kiln.offset` header's, or for a
+    record without one (written before Kiln adopted the topic) its Kafka offset."""
+    for record in DefaultRecordBatch(batch):
+        kiln_offset = kiln_offset_of(record.headers)
+        yield LocatedRecord(record.offset, record.offset if kiln_offset is None
+                            else kiln_offset, record.timestamp)
+
+
+def batch_spans(record_set: bytes | memoryview) -> list[BatchSpan]:
+    """The first and last record of each whole data batch (control batches and older message
+    formats left out); raises KafkaError for a bad CRC."""
+    spans: list[BatchSpan] = []
+    for view in _whole_batches(record_set):
+        if not _is_data_batch(view):
+            continue
+        batch = _checked_batch(view)
+        first: LocatedRecord | None = None
+        last: LocatedRecord | None = None
+        for located in _located(batch):
+            first = first or located
+            last = located
+        if first is not None and last is not None:
+            spans.append(BatchSpan(first, last, read_header(batch).max_timestamp))
+    return spans
+
+
+def first_record_at_or_after(record_set: bytes | memoryview, kafka_offset: int,
+                             min_timestamp: int | None = None) -> LocatedRecord | None:
+    """The first data record at or after `kafka_offset` (and, if given, with a timestamp at
+    or after `min_timestamp`)."""
+    for view in _whole_batches(record_set):
+        if not _is_data_batch(view):
+            continue
+        for located in _located(_checked_batch(view)):
+            if located.kafka_offset >= kafka_offset and (
+                    min_timestamp is None or located.timestamp >= min_timestamp):
+                return located
+    return None
+
+
+def to_kiln_offsets(record_set: bytes | memoryview, from_kiln_offset: int, max_bytes: int, *,
+                    at_least_one: bool = True) -> KilnRecordSet:
+    """Rebuild fetched Kafka batches so that their record offsets are Kiln offsets.
+
+    Records below `from_kiln_offset`, and any whose Kiln offset is not above the last one
+    taken (a sequence that is not monotonic), are dropped; Kiln's `kiln.offset` header is
+    stripped. Each input batch becomes one uncompressed batch (more if the limit cuts it)
+    whose base offset is its first Kiln offset; offset deltas have gaps where Kiln offsets
+    do, as after compaction. Keys, values, other headers, timestamps and the timestamp type
+    are kept. The output stays within `max_bytes`, except that with `at_least_one` the first
+    record is always taken.
+    """
+    out = bytearray()
+    count = 0
+    floor = from_kiln_offset  # the lowest Kiln offset still to be taken
+    last_kafka = last_timestamp = -1
+    end: int | None = None
+    full = False
+    unpack = _INT64.unpack
+    for view in _whole_batches(record_set):
+        if not _is_data_batch(view):
+            end = _batch_end(view)
+            continue
+        batch = _checked_batch(view)
+        header = read_header(batch)
+        builder: Any = None
+        append: Any = None
+        base = 0
+        for record in DefaultRecordBatch(batch):
+            headers = record.headers
+            # Kiln appends its header last: look there first.
+            kiln_offset: int | None = None
+            if headers:
+                key, value = headers[-1]
+                if key == KILN_OFFSET_HEADER and value is not None and len(value) == 8:
+                    del headers[-1]
+                    kiln_offset = unpack(value)[0]
+                else:
+                    kiln_offset = _pop_kiln_offset(headers)
+            if kiln_offset is None:
+                kiln_offset = record.offset
+            if kiln_offset < floor:
+                continue
+            timestamp = record.timestamp
+            if append is None:
+                room = max_bytes - len(out)
+                base = kiln_offset
+                builder = DefaultRecordBatchBuilder(2, CODEC_NONE, 0, -1, -1, -1, max(room, 0))
+                append = builder.append
+                append(0, timestamp, record.key, record.value, headers)
+                if builder.size() > room and (count or not at_least_one):
+                    builder = None  # not even this record fits
+                    full = True
+                    break
+            elif append(kiln_offset - base, timestamp, record.key, record.value,
+                        headers) is None:
+                full = True
+                break
+            count += 1
+            floor = kiln_offset + 1
+            last_kafka, last_timestamp = record.offset, timestamp
+        if builder is not None:
+            out += _as_read_batch(builder.build(), base, header.attributes & TIMESTAMP_TYPE_BIT)
+        if full:
+            break
+        end = header.base_offset + header.last_offset_delta + 1
+    last = LocatedRecord(last_kafka, floor - 1, last_timestamp) if count else None
+    return KilnRecordSet(bytes(out), count, last, end, full)
+
+
+def _as_read_batch(built: bytearray, base_offset: int, timestamp_type: int) -> bytearray:
+    """A built batch given its base offset (outside the CRC) and the source's timestamp type
+    (LogAppendTime when the topic uses it)."""
+    _INT64.pack_into(built, 0, base_offset)
+    if timestamp_type:
+        attributes = _ATTRIBUTES.unpack_from(built, _ATTRIBUTES_AT)[0] | timestamp_type
+        _ATTRIBUTES.pack_into(built, _ATTRIBUTES_AT, attributes)
+        _CRC.pack_into(built, _CRC_AT, crc32c.crc32c(memoryview(built)[_ATTRIBUTES_AT:]))
+    return built

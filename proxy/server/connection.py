@@ -18,6 +18,7 @@ from proxy.protocol.errors import MalformedRequest
 from proxy.server.context import KilnContext
 from proxy.server.dispatch import dispatch
 from proxy.server.handlers import api_versions
+from proxy.server.peer import CLIENT_HOST, client_host_of
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ class Connection:
 
     async def serve(self) -> None:
         self._ctx.counters.connections += 1
+        CLIENT_HOST.set(client_host_of(self._peer))
         sender = asyncio.create_task(self._send_in_order())
         try:
             await self._read_loop()

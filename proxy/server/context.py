@@ -12,7 +12,9 @@ from storage.budget import BufferBudget
 from storage.catalog import Catalog
 from storage.clock import wall_clock_ms
 from storage.delivery import Delivery
+from storage.groups.coordinator import GroupCoordinator
 from storage.log_queue import LogQueue
+from storage.read_through import ColdReader
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +43,9 @@ class KilnContext:
     catalog: Catalog
     waiters: SettledWaiters
     budget: BufferBudget
+    cold: ColdReader  # reads below the log queue from the hardened Kafka topic
     delivery: Delivery
+    groups: GroupCoordinator
     appends: AppendSignals = field(default_factory=AppendSignals)
     clock_ms: Callable[[], int] = wall_clock_ms
     counters: ServerCounters = field(default_factory=ServerCounters)

@@ -15,9 +15,11 @@ from proxy.server.handlers import (
     create_topics,
     fetch,
     find_coordinator,
+    groups,
     init_producer_id,
     list_offsets,
     metadata,
+    offsets,
     produce,
 )
 from proxy.server.reply import Deferred
@@ -35,7 +37,15 @@ HANDLERS: dict[int, tuple[Handler, ErrorBuilder | None]] = {
     ApiKey.CREATE_TOPICS: (create_topics.handle, create_topics.error_response),
     ApiKey.FETCH: (fetch.handle, fetch.error_response),
     ApiKey.LIST_OFFSETS: (list_offsets.handle, None),
-    ApiKey.FIND_COORDINATOR: (find_coordinator.handle, None),
+    ApiKey.FIND_COORDINATOR: (find_coordinator.handle, find_coordinator.error_response),
+    ApiKey.JOIN_GROUP: (groups.join, groups.join_error),
+    ApiKey.SYNC_GROUP: (groups.sync, groups.sync_error),
+    ApiKey.HEARTBEAT: (groups.heartbeat, groups.heartbeat_error),
+    ApiKey.LEAVE_GROUP: (groups.leave, groups.leave_error),
+    ApiKey.DESCRIBE_GROUPS: (groups.describe, groups.describe_error),
+    ApiKey.LIST_GROUPS: (groups.list_groups, groups.list_groups_error),
+    ApiKey.OFFSET_COMMIT: (offsets.commit, offsets.commit_error),
+    ApiKey.OFFSET_FETCH: (offsets.fetch, offsets.fetch_error),
 }
 
 

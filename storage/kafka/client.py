@@ -27,7 +27,13 @@ from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
 from proxy.protocol.apis import ApiKey, Message
 from proxy.protocol.errors import ErrorCode
-from storage.errors import Fenced, HardenedStoreRejected, HardenedStoreUnavailable, StorageError
+from storage.errors import (
+    Fenced,
+    HardenedStoreRejected,
+    HardenedStoreUnavailable,
+    HardenedTopicMissing,
+    StorageError,
+)
 from storage.kafka.connection import BrokerConnection
 
 log = logging.getLogger(__name__)
@@ -39,6 +45,10 @@ _COORDINATOR_ATTEMPTS = 5
 _COORDINATOR_BACKOFF_S = 0.1
 _READ_ATTEMPTS = 2
 _FENCED_CODES = frozenset({ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH})
+
+
+# Waits (ms) of the fetches that ask again after an empty answer below the high watermark.
+_EMPTY_FETCH_RETRY_WAITS_MS = (10, 100)
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,7 +360,19 @@ class KafkaClient:
     async def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
                     max_wait_ms: int = 1) -> FetchResult:
         """Records from `offset` (read_uncommitted). A broker returns at least one whole batch
-        however small max_bytes is; max_wait_ms=0 makes tansu answer empty, so keep it ≥ 1."""
+        however small max_bytes is; max_wait_ms=0 makes tansu answer empty, so keep it ≥ 1.
+
+        tansu 0.6 now and then answers empty below its high watermark (about 1 fetch in 400
+        at max_wait_ms 1 or 5); such an answer is asked again, waiting longer (a broker
+        answers at once when records are there)."""
+        for wait_ms in (max_wait_ms, *_EMPTY_FETCH_RETRY_WAITS_MS):
+            result = await self._fetch_once(topic, partition, offset, max_bytes, wait_ms)
+            if result.records or result.error_code or offset >= result.high_watermark:
+                break
+        return result
+
+    async def _fetch_once(self, topic: str, partition: int, offset: int, max_bytes: int,
+                          max_wait_ms: int) -> FetchResult:
         request = FetchRequest(
             replica_id=-1,
             max_wait_ms=max_wait_ms,
@@ -446,8 +468,8 @@ class KafkaClient:
         if leader is None:
             meta = await self.metadata([topic])
             info = meta.topics.get(topic)
-            if info is None:
-                raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no metadata for {topic}")
+            if info is None or info.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                raise HardenedTopicMissing(f"Kafka has no topic {topic}")
             if info.error_code != ErrorCode.NONE:
                 raise error_for(info.error_code, f"metadata for {topic}")
             if not 0 <= partition < info.partition_count:

@@ -15,10 +15,11 @@ import confluent_kafka
 import pytest
 import redis
 from kafka import KafkaProducer
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import InvalidConfigurationError
 
 from storage.log_queue import PartitionState
 from storage.model import TopicPartition
-from storage.topics import HardenPolicy
 from tests.integration.test_produce_harden import kiln_offset, read_hardened
 from tests.kiln_harness import RunningKiln, start_kiln
 
@@ -146,9 +147,13 @@ def test_a_commit_beyond_the_high_watermark_delivers_only_what_exists(
 
 def test_harden_all_keeps_delivered_records_for_kafka(
         slow_kiln: RunningKiln, kafka_bootstrap: str, unique_topic: str) -> None:
-    # Given a topic whose policy hardens everything, and a durable subscription that read all
+    # Given a topic created with the policy to harden everything, and a durable
+    # subscription that read all
+    admin = KafkaAdminClient(bootstrap_servers=slow_kiln.bootstrap)
+    admin.create_topics([NewTopic(unique_topic, 1, 1,
+                                  topic_configs={"kiln.harden": "all"})])
+    admin.close()
     produce(slow_kiln, unique_topic, 50, batch=False)
-    set_policy(slow_kiln, unique_topic, harden=HardenPolicy.ALL)
     commit(slow_kiln, "readers", unique_topic, 50)
     buffered = state(slow_kiln, unique_topic).buffered_records
 
@@ -197,19 +202,27 @@ def test_removing_a_subscription_lets_the_others_decide(
     assert (after.delivered_offset, after.buffered_records) == (40, 0)
 
 
+def send_assured(kiln: RunningKiln, topic: str
+                 ) -> tuple[confluent_kafka.Producer, list[tuple[object, int]]]:
+    """One record sent with acks=all, left waiting for a second; the producer and the list
+    its delivery report goes to."""
+    producer = confluent_kafka.Producer({"bootstrap.servers": kiln.bootstrap,
+                                         "acks": "all", "enable.idempotence": True})
+    reports: list[tuple[object, int]] = []
+    producer.produce(topic, value=b"assured", partition=0,
+                     on_delivery=lambda err, msg: reports.append((err, msg.offset())))
+    producer.poll(0)
+    time.sleep(1.0)
+    producer.poll(0)
+    return producer, reports
+
+
 def test_an_assured_ack_is_answered_by_delivery_before_the_delay(
         slow_kiln: RunningKiln, kafka_bootstrap: str, unique_topic: str) -> None:
     # Given a durable subscription and an acks=all producer waiting on a 60 s delay
     produce(slow_kiln, unique_topic, 1, batch=False)
     commit(slow_kiln, "readers", unique_topic, 1)
-    producer = confluent_kafka.Producer({"bootstrap.servers": slow_kiln.bootstrap,
-                                         "acks": "all", "enable.idempotence": True})
-    reports: list[tuple[object, int]] = []
-    producer.produce(unique_topic, value=b"assured", partition=0,
-                     on_delivery=lambda err, msg: reports.append((err, msg.offset())))
-    producer.poll(0)
-    time.sleep(1.0)
-    producer.poll(0)
+    producer, reports = send_assured(slow_kiln, unique_topic)
     waiting = list(reports)
 
     # When the subscription commits past the record
@@ -227,14 +240,7 @@ def test_an_assured_ack_is_answered_by_hardening_when_no_one_reads(
     # Given an acks=all producer, a durable subscription that does not read, a 60 s delay
     produce(slow_kiln, unique_topic, 1, batch=False)
     commit(slow_kiln, "idle", unique_topic, 0)
-    producer = confluent_kafka.Producer({"bootstrap.servers": slow_kiln.bootstrap,
-                                         "acks": "all", "enable.idempotence": True})
-    reports: list[tuple[object, int]] = []
-    producer.produce(unique_topic, value=b"assured", partition=0,
-                     on_delivery=lambda err, msg: reports.append((err, msg.offset())))
-    producer.poll(0)
-    time.sleep(1.0)
-    producer.poll(0)
+    producer, reports = send_assured(slow_kiln, unique_topic)
     waiting = list(reports)
 
     # When the buffer is hardened
@@ -246,3 +252,16 @@ def test_an_assured_ack_is_answered_by_hardening_when_no_one_reads(
     assert reports == [(None, 1)]
     records = read_hardened(kafka_bootstrap, unique_topic, 0, 2)
     assert [kiln_offset(r) for r in records] == [0, 1]
+
+
+def test_a_bad_kiln_topic_config_is_refused_at_creation(slow_kiln: RunningKiln,
+                                                         unique_topic: str) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=slow_kiln.bootstrap)
+    try:
+        with pytest.raises(InvalidConfigurationError, match=r"kiln\.harden"):
+            admin.create_topics([NewTopic(unique_topic, 1, 1,
+                                          topic_configs={"kiln.harden": "sometimes"})])
+    finally:
+        admin.close()
+
+    assert slow_kiln.call(slow_kiln.app.catalog.registry.get(unique_topic)) is None

@@ -189,11 +189,13 @@ def test_sequence_gap_and_stale_epoch_are_refused(kiln: RunningKiln, redis_url: 
 
 
 @pytest.mark.parametrize("version", [1, 4])
-def test_find_coordinator_says_not_available(kiln: RunningKiln, version: int) -> None:
+def test_find_coordinator_says_no_transaction_coordinator_is_available(
+        kiln: RunningKiln, version: int) -> None:
+    # Kiln coordinates groups itself (tests/integration/test_groups.py), never transactions.
     client = RawClient(kiln.bootstrap)
-    fields = {"coordinator_keys": ["group-a"]} if version >= 4 else {"key": "group-a"}
+    fields = {"coordinator_keys": ["txn-a"]} if version >= 4 else {"key": "txn-a"}
 
-    answer = client.request(FindCoordinatorRequest[version](key_type=0, **fields), version,
+    answer = client.request(FindCoordinatorRequest[version](key_type=1, **fields), version,
                             FindCoordinatorResponse)
     client.close()
 

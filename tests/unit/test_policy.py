@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import pytest
 
+from proxy.protocol.errors import ErrorCode, KafkaError
 from storage.budget import budget_decision
 from storage.model import Reliability, StoredBatch
 from storage.policy.delay import FixedDelay, due_prefix
 from storage.policy.reliability import AckPoint, ack_point, requested_level
+from storage.topics import (
+    HardenPolicy,
+    kiln_configs,
+    new_topic,
+    split_configs,
+    with_kiln_configs,
+)
 
 R = Reliability
 
@@ -79,3 +87,29 @@ def test_budget_throttles_then_rejects(buffered: int, incoming: int, throttle: i
     decision = budget_decision(buffered, 1000, incoming)
 
     assert (decision.throttle_time_ms, decision.reject) == (throttle, reject)
+
+
+def test_kiln_topic_configs_set_the_policy_and_others_go_to_kafka() -> None:
+    kiln, kafka = split_configs({"kiln.harden": "all", "kiln.reliability": "express",
+                                 "retention.ms": "1000", "cleanup.policy": None})
+
+    config = with_kiln_configs(new_topic("t", 1), kiln)
+
+    assert kafka == {"retention.ms": "1000"}
+    assert (config.harden, config.reliability) == (HardenPolicy.ALL, Reliability.EXPRESS)
+    assert kiln_configs(config)["kiln.harden"] == "all"
+
+
+@pytest.mark.parametrize(("configs", "message"), [
+    ({"kiln.hardening": "all"}, "unknown topic config 'kiln.hardening'"),
+    ({"kiln.harden": "sometimes"}, "kiln.harden: unknown harden policy 'sometimes'"),
+    ({"kiln.auto.subscribe": "maybe"}, "kiln.auto.subscribe: expected true or false"),
+    ({"kiln.reliability": "assured_persistent", "kiln.max.reliability": "express"},
+     "kiln.reliability assured_persistent is above kiln.max.reliability express"),
+])
+def test_a_bad_kiln_topic_config_is_invalid_config(configs: dict[str, str], message: str
+                                                    ) -> None:
+    with pytest.raises(KafkaError, match=message) as raised:
+        with_kiln_configs(new_topic("t", 1), configs)
+
+    assert raised.value.error_code is ErrorCode.INVALID_CONFIG

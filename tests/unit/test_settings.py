@@ -60,3 +60,15 @@ def test_a_subscription_without_group_is_named() -> None:
     with pytest.raises(SettingsError,
                        match="durable_subscriptions: expected TOPIC:GROUP, got 'orders'"):
         load_settings(environ={"KILN_DURABLE_SUBSCRIPTIONS": "orders"})
+
+
+def test_group_settings_default_and_are_checked() -> None:
+    defaults = load_settings(environ={})
+
+    assert (defaults.group_initial_rebalance_delay_ms, defaults.group_min_session_timeout_ms,
+            defaults.group_max_session_timeout_ms) == (300, 6_000, 1_800_000)
+    with pytest.raises(SettingsError, match="group_initial_rebalance_delay_ms: must be >= 0"):
+        load_settings(overrides={"group_initial_rebalance_delay_ms": -1}, environ={})
+    with pytest.raises(SettingsError, match="group_max_session_timeout_ms: must be >= "):
+        load_settings(environ={"KILN_GROUP_MIN_SESSION_TIMEOUT_MS": "10000",
+                               "KILN_GROUP_MAX_SESSION_TIMEOUT_MS": "9000"})

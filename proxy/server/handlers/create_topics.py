@@ -1,4 +1,7 @@
-"""CreateTopics: creates the topic in Kafka (the hardened store) and in Kiln."""
+"""CreateTopics: creates the topic in Kafka (the hardened store) and in Kiln.
+
+Topic configs named `kiln.*` set Kiln's policy for the topic (reliability, harden, ...);
+the others are Kafka's and go with the topic to the hardened store."""
 
 from __future__ import annotations
 
@@ -33,7 +36,8 @@ async def handle(ctx: KilnContext, request: Request) -> Message:
             if topic.assignments:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, "manual replica assignment")
             config = await ctx.catalog.create(topic.name, partitions, require_kafka=True,
-                                              validate_only=bool(body.validate_only))
+                                              validate_only=bool(body.validate_only),
+                                              configs={c.name: c.value for c in topic.configs})
             results.append(_result(topic.name, ErrorCode.NONE, None, config.partitions,
                                    config.uuid))
         except KafkaError as exc:

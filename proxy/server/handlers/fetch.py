@@ -1,19 +1,19 @@
-"""Fetch from the log queue (the hot tier), with long-polling.
+"""Fetch, with long-polling, over both tiers (proxy.server.tiered_reads).
 
-Batches are returned whole, exactly as producers sent them, with only their base offset set
-to the Kiln offset. Offsets below what the log queue still holds (hardened and trimmed)
-answer OFFSET_OUT_OF_RANGE until read-through from Kafka lands with the delivery issue.
+From the log queue, batches are returned whole, exactly as producers sent them, with only
+their base offset set to the Kiln offset; below it, records are read back from the hardened
+Kafka topic and rebuilt in Kiln offsets. A partition whose records are in an unreachable
+Kafka answers a retriable error when the wait is over; the others answer as usual.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 from proxy.protocol.apis import CLIENT_APIS, ApiKey, Message, Request
-from proxy.protocol.batch import with_base_offset
 from proxy.protocol.errors import ErrorCode
 from proxy.server.context import KilnContext
+from proxy.server.tiered_reads import PartitionRead, read_partition
 from storage.model import TopicPartition
 
 _RESP = CLIENT_APIS[ApiKey.FETCH].response
@@ -23,38 +23,27 @@ _PARTITION = _TOPIC.PartitionData
 _RECHECK_S = 0.1
 
 
-@dataclass(slots=True)
-class _Read:
-    error_code: ErrorCode = ErrorCode.NONE
-    high_watermark: int = -1
-    log_start_offset: int = -1
-    records: bytes = b""
-
-
 async def _read_partition(ctx: KilnContext, tp: TopicPartition, offset: int,
-                          limit_bytes: int) -> _Read:
+                          limit_bytes: int, at_least_one: bool) -> PartitionRead:
     config = await ctx.catalog.lookup(tp.topic, allow_create=False)
     if config is None or not 0 <= tp.partition < config.partitions:
-        return _Read(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-    batches, state, start = await ctx.queue.read_from(tp, offset, limit_bytes)
-    read = _Read(high_watermark=state.next_offset, log_start_offset=start)
-    if offset < start or offset > state.next_offset:
-        read.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
-        return read
-    read.records = b"".join(with_base_offset(b.data, b.base_offset) for b in batches)
-    return read
+        return PartitionRead(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    return await read_partition(ctx, tp, offset, limit_bytes, at_least_one=at_least_one)
 
 
 async def _read_all(ctx: KilnContext, wanted: list[tuple[TopicPartition, int, int]],
-                    max_bytes: int) -> dict[TopicPartition, _Read]:
-    reads: dict[TopicPartition, _Read] = {}
+                    max_bytes: int) -> dict[TopicPartition, PartitionRead]:
+    reads: dict[TopicPartition, PartitionRead] = {}
     budget = max_bytes
+    served = False
     for tp, offset, partition_max in wanted:
-        # KIP-74: the first partition with data returns at least one batch, whatever limits.
-        limit = max(1, min(partition_max, budget))
-        read = await _read_partition(ctx, tp, offset, limit)
-        if budget <= 0 and read.records:
+        limit = min(partition_max, budget)
+        # KIP-74: the first partition with data returns at least one batch, whatever the
+        # limits; the others only what fits.
+        read = await _read_partition(ctx, tp, offset, limit, not served)
+        if served and len(read.records) > max(0, limit):
             read.records = b""
+        served = served or bool(read.records)
         budget -= len(read.records)
         reads[tp] = read
     return reads
@@ -69,20 +58,26 @@ async def handle(ctx: KilnContext, request: Request) -> Message:
     while True:
         reads = await _read_all(ctx, wanted, max_bytes)
         size = sum(len(r.records) for r in reads.values())
-        failed = any(r.error_code is not ErrorCode.NONE for r in reads.values())
+        # An unreachable Kafka is waited out like an empty partition: answering at once
+        # would have clients retry in a tight loop.
+        failed = any(r.error_code is not ErrorCode.NONE and not r.retry_later
+                     for r in reads.values())
         remaining = deadline - time.monotonic()
         if size >= max(1, body.min_bytes) or failed or remaining <= 0:
             break
+        # Read on where the data is (past a gap below the hot tier, found once).
+        wanted = [(tp, reads[tp].read_offset if reads[tp].read_offset >= 0 else offset, pm)
+                  for tp, offset, pm in wanted]
         await ctx.appends.wait(reads, min(remaining, _RECHECK_S))
     return _response(request, reads)
 
 
-def _response(request: Request, reads: dict[TopicPartition, _Read]) -> Message:
+def _response(request: Request, reads: dict[TopicPartition, PartitionRead]) -> Message:
     topics = []
     for topic in request.body.topics:
         partitions = []
         for part in topic.partitions:
-            read = reads.get(TopicPartition(topic.topic, part.partition), _Read())
+            read = reads.get(TopicPartition(topic.topic, part.partition), PartitionRead())
             partitions.append(_PARTITION(
                 partition_index=part.partition, error_code=int(read.error_code),
                 high_watermark=read.high_watermark, last_stable_offset=read.high_watermark,
@@ -95,6 +90,6 @@ def _response(request: Request, reads: dict[TopicPartition, _Read]) -> Message:
 
 
 def error_response(request: Request, code: ErrorCode) -> Message:
-    failed = {TopicPartition(t.topic, p.partition): _Read(code)
+    failed = {TopicPartition(t.topic, p.partition): PartitionRead(code)
               for t in request.body.topics for p in t.partitions}
     return _response(request, failed)

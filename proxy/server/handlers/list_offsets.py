@@ -1,10 +1,13 @@
-"""ListOffsets over the log queue: latest, earliest, and by timestamp."""
+"""ListOffsets over both tiers: latest (the log queue's next offset), earliest (the hardened
+Kafka topic's first Kiln offset when it holds any record), and by timestamp."""
 
 from __future__ import annotations
 
 from proxy.protocol.apis import CLIENT_APIS, ApiKey, Message, Request
 from proxy.protocol.errors import ErrorCode, KafkaError
 from proxy.server.context import KilnContext
+from proxy.server.tiered_reads import COLD_TIER_UNAVAILABLE, earliest_offset, offset_for_timestamp
+from storage.errors import HardenedStoreUnavailable
 from storage.model import TopicPartition
 
 _RESP = CLIENT_APIS[ApiKey.LIST_OFFSETS].response
@@ -21,11 +24,14 @@ async def _offset(ctx: KilnContext, tp: TopicPartition, timestamp: int) -> tuple
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, tp.topic)
     if timestamp == LATEST:
         return (await ctx.queue.state(tp)).next_offset, -1
-    if timestamp == EARLIEST:
-        return await ctx.queue.start_offset(tp), -1
-    if timestamp < 0:
+    if timestamp < 0 and timestamp != EARLIEST:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"timestamp {timestamp}")
-    found = await ctx.queue.first_at_or_after(tp, timestamp)
+    try:
+        if timestamp == EARLIEST:
+            return await earliest_offset(ctx, tp), -1
+        found = await offset_for_timestamp(ctx, tp, timestamp)
+    except HardenedStoreUnavailable as exc:
+        raise KafkaError(COLD_TIER_UNAVAILABLE, exc.message) from exc
     return found if found is not None else (-1, -1)
 
 

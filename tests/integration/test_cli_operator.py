@@ -1,14 +1,16 @@
-"""`kiln subscriptions` against a deployment's Redis, as an operator runs it."""
+"""`kiln subscriptions` and `kiln status` against a deployment's Redis, as an operator runs
+them."""
 
 from __future__ import annotations
 
 import json
 
+import redis
 from kafka import KafkaProducer
 
 from storage.model import TopicPartition
 from tests.integration.test_cli import run_kiln
-from tests.kiln_harness import RunningKiln
+from tests.kiln_harness import RunningKiln, start_kiln
 
 
 def test_add_list_and_remove_a_durable_subscription(
@@ -52,3 +54,36 @@ def test_unknown_topic_and_unreachable_redis_are_clear_errors(redis_url: str) ->
     assert "unknown topic 'no-such-topic'" in unknown.stderr
     assert unreachable.returncode == 1
     assert "cannot reach Redis at redis://127.0.0.1:1/0" in unreachable.stderr
+
+
+def test_status_shows_what_was_dropped_as_delivered_and_what_was_written(
+        redis_url: str, kafka_bootstrap: str, unique_topic: str) -> None:
+    # Given 10 records, one batch each, of which a durable subscription committed 4
+    redis.Redis.from_url(redis_url).flushdb()
+    kiln = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=60_000)
+    try:
+        producer = KafkaProducer(bootstrap_servers=kiln.bootstrap, acks=1)
+        for i in range(10):
+            producer.send(unique_topic, value=b"%d" % i, partition=0).get(timeout=10)
+        producer.close()
+        kiln.call(kiln.app.delivery.committed("billing", {TopicPartition(unique_topic, 0): 4}))
+        before = run_kiln("status", unique_topic, "--json", "--redis-url", redis_url)
+
+        # When the rest is hardened
+        assert kiln.flush()
+        after = run_kiln("status", unique_topic, "--json", "--redis-url", redis_url)
+        table = run_kiln("status", "--redis-url", redis_url)
+        unknown = run_kiln("status", "no-such-topic", "--redis-url", redis_url)
+    finally:
+        kiln.stop()
+
+    # Then status tells both moments apart, per partition
+    [row] = json.loads(before.stdout)
+    assert (row["next"], row["delivered"], row["buffered"], row["dropped"], row["written"],
+            row["subscriptions"]) == (10, 4, 6, 4, 0, 1)
+    assert row["oldest_s"] is not None
+    [row] = json.loads(after.stdout)
+    assert (row["hardened"], row["buffered"], row["bytes"], row["dropped"], row["written"],
+            row["avoided"], row["oldest_s"]) == (10, 0, 0, 4, 6, "40.0%", None)
+    assert table.stdout.split()[:3] == ["TOPIC", "PARTITION", "NEXT"]
+    assert unknown.returncode == 1 and "unknown topic 'no-such-topic'" in unknown.stderr

@@ -1,0 +1,116 @@
+"""OffsetCommit and OffsetFetch: committed offsets kept in Redis by the group coordinator.
+
+A commit is validated as Kafka validates it (generation and member, or a simple commit by a
+client that does not use group management), stored in Redis before it is answered, and then
+reported to delivery (storage/delivery.py), which may make records delivered.
+"""
+
+from __future__ import annotations
+
+from proxy.protocol.apis import CLIENT_APIS, ApiKey, Message, Request
+from proxy.protocol.errors import ErrorCode
+from proxy.server.context import KilnContext
+from proxy.server.handlers.group_errors import coordinator_errors
+from storage.groups.model import CommittedOffset
+from storage.model import TopicPartition
+
+_COMMIT = CLIENT_APIS[ApiKey.OFFSET_COMMIT].response
+_COMMIT_TOPIC = _COMMIT.OffsetCommitResponseTopic
+_COMMIT_PARTITION = _COMMIT_TOPIC.OffsetCommitResponsePartition
+_FETCH = CLIENT_APIS[ApiKey.OFFSET_FETCH].response
+_FETCH_TOPIC = _FETCH.OffsetFetchResponseTopic
+_FETCH_PARTITION = _FETCH_TOPIC.OffsetFetchResponsePartition
+_NOTHING_COMMITTED = CommittedOffset(-1, "", -1)
+
+
+# --- OffsetCommit ------------------------------------------------------------------------
+
+
+async def commit(ctx: KilnContext, request: Request) -> Message:
+    body = request.body
+    version = request.header.request_api_version
+    codes: dict[TopicPartition, ErrorCode] = {}
+    wanted: dict[TopicPartition, CommittedOffset] = {}
+    with coordinator_errors():
+        for topic in body.topics:
+            config = await ctx.catalog.lookup(topic.name, allow_create=False)
+            for part in topic.partitions:
+                tp = TopicPartition(topic.name, part.partition_index)
+                if config is None or not 0 <= tp.partition < config.partitions:
+                    codes[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                epoch = part.committed_leader_epoch if version >= 6 else -1
+                wanted[tp] = CommittedOffset(part.committed_offset, part.committed_metadata,
+                                             epoch)
+        if wanted:
+            stored = await ctx.groups.commit_offsets(
+                body.group_id, body.generation_id_or_member_epoch, body.member_id,
+                body.group_instance_id if version >= 7 else None, wanted)
+            codes.update(stored)
+            committed = {tp: wanted[tp].offset for tp, code in stored.items()
+                         if code is ErrorCode.NONE}
+            if committed:
+                await ctx.delivery.committed(body.group_id, committed)
+    return _commit_body(request, codes)
+
+
+def _commit_body(request: Request, codes: dict[TopicPartition, ErrorCode]) -> Message:
+    topics = [
+        _COMMIT_TOPIC(name=topic.name, partitions=[
+            _COMMIT_PARTITION(partition_index=part.partition_index, error_code=int(
+                codes.get(TopicPartition(topic.name, part.partition_index),
+                          ErrorCode.UNKNOWN_SERVER_ERROR)))
+            for part in topic.partitions])
+        for topic in request.body.topics
+    ]
+    return _COMMIT[request.header.request_api_version](throttle_time_ms=0, topics=topics)
+
+
+def commit_error(request: Request, code: ErrorCode) -> Message:
+    every = {TopicPartition(t.name, p.partition_index): code
+             for t in request.body.topics for p in t.partitions}
+    return _commit_body(request, every)
+
+
+# --- OffsetFetch -------------------------------------------------------------------------
+
+
+async def fetch(ctx: KilnContext, request: Request) -> Message:
+    body = request.body
+    if body.topics is None:  # v2+: every partition the group has committed
+        with coordinator_errors():
+            found = await ctx.groups.fetch_offsets(body.group_id, None)
+        by_topic: dict[str, list[int]] = {}
+        for tp in sorted(found, key=lambda tp: (tp.topic, tp.partition)):
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+    else:
+        by_topic = {t.name: list(t.partition_indexes) for t in body.topics}
+        tps = [TopicPartition(name, p) for name, parts in by_topic.items() for p in parts]
+        with coordinator_errors():
+            found = await ctx.groups.fetch_offsets(body.group_id, tps)
+    return _fetch_body(request, by_topic, found, ErrorCode.NONE)
+
+
+def _fetch_body(request: Request, by_topic: dict[str, list[int]],
+                found: dict[TopicPartition, CommittedOffset], code: ErrorCode) -> Message:
+    topics = []
+    for name, partitions in by_topic.items():
+        entries = []
+        for partition in partitions:
+            committed = found.get(TopicPartition(name, partition), _NOTHING_COMMITTED)
+            entries.append(_FETCH_PARTITION(
+                partition_index=partition, committed_offset=committed.offset,
+                committed_leader_epoch=committed.leader_epoch, metadata=committed.metadata,
+                error_code=int(code)))
+        topics.append(_FETCH_TOPIC(name=name, partitions=entries))
+    return _FETCH[request.header.request_api_version](throttle_time_ms=0, error_code=int(code),
+                                                      topics=topics)
+
+
+def fetch_error(request: Request, code: ErrorCode) -> Message:
+    """As Kafka: v2+ carries the error at the top with no partitions; v1 has no top-level
+    error, so every requested partition carries it."""
+    if request.header.request_api_version >= 2 or request.body.topics is None:
+        return _fetch_body(request, {}, {}, code)
+    by_topic = {t.name: list(t.partition_indexes) for t in request.body.topics}
+    return _fetch_body(request, by_topic, {}, code)

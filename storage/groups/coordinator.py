@@ -1,0 +1,319 @@
+"""The group coordinator: Kafka's classic group protocol for the clients of this Kiln.
+
+Only one Kiln process coordinates a given group. Kiln's Metadata advertises a single broker
+and FindCoordinator names this process, so every member of a group talks to the same Kiln;
+two Kiln processes serving members of one group would each run their own rebalances over
+the same Redis keys (scale-out needs group ownership through leases first, DESIGN §7).
+
+A group lives in memory while it is used, driven by the I/O-free state machine in
+`membership`; this module owns its timers and the futures of members waiting for a
+JoinGroup or SyncGroup answer. Every change that matters is written to Redis before anyone
+is answered; if that write fails the group is dropped from memory (its waiting members are
+told COORDINATOR_NOT_AVAILABLE and retry) and reloaded from Redis on next use. A restarted
+Kiln loads a group the first time it is asked about it, with member session timers starting
+at load time, so members that keep heartbeating carry on without a rebalance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import logging
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.protocol.errors import ErrorCode
+from storage.clock import wall_clock_ms
+from storage.errors import StorageError
+from storage.groups.membership import Group, join_precheck
+from storage.groups.model import (
+    UNKNOWN_MEMBER_ID,
+    CommittedOffset,
+    GroupState,
+    GroupSummary,
+    JoinRequest,
+    JoinResult,
+    MemberIdentity,
+    MembershipSettings,
+    Reply,
+    SyncRequest,
+    SyncResult,
+    dead_summary,
+)
+from storage.groups.snapshot import group_from_json, group_to_json
+from storage.groups.store import GroupStore
+from storage.model import TopicPartition
+from storage.tasks import stop_task
+
+log = logging.getLogger(__name__)
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+@dataclass(slots=True, eq=False)
+class _Loaded:
+    group: Group
+    stored_revision: int
+    persisted: bool
+    timer: asyncio.TimerHandle | None = None
+    announced_generation: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class _Waiter:
+    future: asyncio.Future[Any]
+    # The answer if the group is dropped before the state machine answers.
+    failure: Reply
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group_id: str
+    protocol_type: str
+    state: GroupState
+
+
+class GroupCoordinator:
+    def __init__(self, store: GroupStore, settings: MembershipSettings,
+                 clock_ms: Callable[[], int] = monotonic_ms,
+                 unique_suffix: Callable[[], str] = lambda: str(uuid.uuid4())) -> None:
+        self._store = store
+        self.settings = settings
+        self._clock_ms = clock_ms
+        self._unique_suffix = unique_suffix
+        self._groups: dict[str, _Loaded] = {}
+        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._waiters: dict[int, _Waiter] = {}
+        self._tickets = itertools.count(1)
+        self._ticks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    async def stop(self) -> None:
+        self._closed = True
+        for loaded in list(self._groups.values()):
+            self._abandon(loaded)
+        for task in list(self._ticks):
+            await stop_task(task)
+        await self._store.close()
+
+    # --- the group APIs ------------------------------------------------------------------
+
+    async def join(self, request: JoinRequest) -> asyncio.Future[JoinResult]:
+        """The answer, once the group has one (at once, or when the rebalance completes)."""
+        error = join_precheck(request, self.settings)
+        if error is not None:
+            return _done(JoinResult(error, request.member_id))
+        async with self._locks[request.group_id]:
+            loaded = await self._get(request.group_id,
+                                     create=request.member_id == UNKNOWN_MEMBER_ID)
+            if loaded is None:
+                return _done(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, request.member_id))
+            ticket, future = self._wait(
+                JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, request.member_id))
+            loaded.group.join(self._clock_ms(), request, ticket)
+            await self._settle(loaded)
+        return future
+
+    async def sync(self, request: SyncRequest) -> asyncio.Future[SyncResult]:
+        """The answer, once the group has one (a follower waits for the leader's)."""
+        if not request.group_id:
+            return _done(SyncResult(ErrorCode.INVALID_GROUP_ID))
+        async with self._locks[request.group_id]:
+            loaded = await self._get(request.group_id, create=False)
+            if loaded is None:
+                return _done(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
+            ticket, future = self._wait(SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            loaded.group.sync(self._clock_ms(), request, ticket)
+            await self._settle(loaded)
+        return future
+
+    async def heartbeat(self, group_id: str, member_id: str, group_instance_id: str | None,
+                        generation_id: int) -> ErrorCode:
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID
+        async with self._locks[group_id]:
+            loaded = await self._get(group_id, create=False)
+            if loaded is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            code = loaded.group.heartbeat(self._clock_ms(), member_id, group_instance_id,
+                                          generation_id)
+            self._arm(loaded)
+            return code
+
+    async def leave(self, group_id: str, leaving: Sequence[MemberIdentity]) -> list[ErrorCode]:
+        """One code per leaving member; raises nothing for unknown groups (each member is
+        then UNKNOWN_MEMBER_ID, as Kafka answers)."""
+        async with self._locks[group_id]:
+            loaded = await self._get(group_id, create=False)
+            if loaded is None:
+                return [ErrorCode.UNKNOWN_MEMBER_ID for _ in leaving]
+            codes = loaded.group.leave(self._clock_ms(), leaving)
+            await self._settle(loaded)
+            return codes
+
+    async def describe(self, group_id: str) -> GroupSummary:
+        async with self._locks[group_id]:
+            loaded = await self._get(group_id, create=False)
+            return dead_summary(group_id) if loaded is None else loaded.group.summary()
+
+    async def list_groups(self) -> list[GroupListing]:
+        listed = []
+        for group_id in sorted(set(await self._store.group_ids()) | set(self._groups)):
+            summary = await self.describe(group_id)
+            if summary.state is not GroupState.DEAD:
+                listed.append(GroupListing(group_id, summary.protocol_type, summary.state))
+        return listed
+
+    # --- offsets -------------------------------------------------------------------------
+
+    async def commit_offsets(self, group_id: str, generation_id: int, member_id: str,
+                             group_instance_id: str | None,
+                             offsets: Mapping[TopicPartition, CommittedOffset]
+                             ) -> dict[TopicPartition, ErrorCode]:
+        """Validate the committer as Kafka does, then store what passed (before answering)."""
+        async with self._locks[group_id]:
+            # A group unknown to Kafka is created by a commit that does not use group
+            # management (generation < 0); otherwise it is a commit from an old generation.
+            loaded = await self._get(group_id, create=generation_id < 0)
+            if loaded is None:
+                return {tp: ErrorCode.ILLEGAL_GENERATION for tp in offsets}
+            error = loaded.group.validate_commit(self._clock_ms(), generation_id, member_id,
+                                                 group_instance_id)
+            self._arm(loaded)
+            if error is not ErrorCode.NONE:
+                return {tp: error for tp in offsets}
+            codes: dict[TopicPartition, ErrorCode] = {}
+            accepted: dict[TopicPartition, CommittedOffset] = {}
+            stamp = wall_clock_ms()
+            for tp, committed in offsets.items():
+                metadata = committed.metadata or ""
+                if len(metadata) > self.settings.max_offset_metadata_bytes:
+                    codes[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                    continue
+                accepted[tp] = dataclasses.replace(committed, commit_timestamp_ms=stamp)
+                codes[tp] = ErrorCode.NONE
+            await self._store.save_offsets(group_id, accepted)
+            if not loaded.persisted:
+                await self._persist(loaded)
+            return codes
+
+    async def fetch_offsets(self, group_id: str, tps: Sequence[TopicPartition] | None
+                            ) -> dict[TopicPartition, CommittedOffset]:
+        """The committed offsets among `tps` (every committed one when None)."""
+        return await self._store.load_offsets(group_id, tps)
+
+    # --- loading, persisting, answering, timers ------------------------------------------
+
+    async def _get(self, group_id: str, *, create: bool) -> _Loaded | None:
+        loaded = self._groups.get(group_id)
+        if loaded is not None:
+            return loaded
+        raw = await self._store.load(group_id)
+        if raw is not None:
+            group = group_from_json(group_id, raw, self._clock_ms(), self.settings,
+                                    self._unique_suffix)
+            log.info("group %s loaded from Redis: %s, generation %d, %d members", group_id,
+                     group.state.value, group.generation_id, len(group.members))
+            loaded = _Loaded(group, group.revision, persisted=True,
+                             announced_generation=group.generation_id)
+        elif create:
+            group = Group(group_id, self.settings, self._unique_suffix)
+            loaded = _Loaded(group, group.revision, persisted=False,
+                             announced_generation=group.generation_id)
+        else:
+            return None
+        self._groups[group_id] = loaded
+        self._arm(loaded)
+        return loaded
+
+    def _wait(self, failure: Reply) -> tuple[int, asyncio.Future[Any]]:
+        ticket = next(self._tickets)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiters[ticket] = _Waiter(future, failure)
+        return ticket, future
+
+    async def _settle(self, loaded: _Loaded) -> None:
+        """Persist what changed, then hand out the answers, then re-arm the timer."""
+        group = loaded.group
+        if group.revision != loaded.stored_revision:
+            await self._persist(loaded)
+        if group.generation_id != loaded.announced_generation:
+            loaded.announced_generation = group.generation_id
+            log.info("group %s: generation %d, %s with %d members (protocol %s, leader %s)",
+                     group.group_id, group.generation_id, group.state.value,
+                     len(group.members), group.protocol_name, group.leader_id)
+        for ticket, reply in group.take_replies():
+            self._answer(ticket, reply)
+        self._arm(loaded)
+
+    async def _persist(self, loaded: _Loaded) -> None:
+        group = loaded.group
+        revision = group.revision
+        try:
+            await self._store.save(group.group_id, group_to_json(group))
+        except StorageError:
+            log.warning("group %s could not be persisted; dropped from memory",
+                        group.group_id)
+            self._abandon(loaded)
+            raise
+        loaded.stored_revision = revision
+        loaded.persisted = True
+
+    def _answer(self, ticket: int, reply: Reply) -> None:
+        waiter = self._waiters.pop(ticket, None)
+        # The future is cancelled when the member's connection closed while it waited.
+        if waiter is not None and not waiter.future.done():
+            waiter.future.set_result(reply)
+
+    def _abandon(self, loaded: _Loaded) -> None:
+        group = loaded.group
+        if self._groups.get(group.group_id) is loaded:
+            del self._groups[group.group_id]
+        if loaded.timer is not None:
+            loaded.timer.cancel()
+            loaded.timer = None
+        for ticket in group.abandon():
+            waiter = self._waiters.get(ticket)
+            if waiter is not None:
+                self._answer(ticket, waiter.failure)
+
+    def _arm(self, loaded: _Loaded) -> None:
+        if loaded.timer is not None:
+            loaded.timer.cancel()
+            loaded.timer = None
+        deadline = loaded.group.next_deadline_ms()
+        if deadline is None or self._closed:
+            return
+        # One millisecond late rather than early: the state machine acts on `due <= now`.
+        delay_s = max(0, deadline - self._clock_ms() + 1) / 1000
+        loaded.timer = asyncio.get_running_loop().call_later(delay_s, self._on_timer, loaded)
+
+    def _on_timer(self, loaded: _Loaded) -> None:
+        loaded.timer = None
+        task = asyncio.create_task(self._tick(loaded), name=f"kiln-group-{loaded.group.group_id}")
+        self._ticks.add(task)
+        task.add_done_callback(self._ticks.discard)
+
+    async def _tick(self, loaded: _Loaded) -> None:
+        group_id = loaded.group.group_id
+        async with self._locks[group_id]:
+            if self._groups.get(group_id) is not loaded:
+                return
+            loaded.group.tick(self._clock_ms())
+            try:
+                await self._settle(loaded)
+            except StorageError as exc:
+                log.warning("group %s: timer actions not persisted: %s", group_id, exc)
+
+
+def _done(result: Any) -> asyncio.Future[Any]:
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    future.set_result(result)
+    return future

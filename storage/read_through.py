@@ -1,0 +1,354 @@
+"""Read-through: records below the log queue, read back from the hardened Kafka topic.
+
+Every record Kiln hardens carries its Kiln offset in a `kiln.offset` header; a record without
+one (written before Kiln adopted the topic) has its Kafka offset as Kiln offset. Kiln offsets
+increase along a Kafka partition, with gaps where records were delivered and dropped or never
+hardened, so the first record at or above a wanted Kiln offset is found by binary search over
+Kafka batches, narrowed (for a consumer reading on, settled) by KilnPositions. Records come
+back rebuilt in Kiln offsets, as the hot tier serves them (proxy.protocol.records).
+
+Kafka failures surface as the storage layer's errors: HardenedStoreUnavailable (retriable)
+when Kafka cannot be reached, HardenedStoreRejected otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ParamSpec, TypeVar
+
+from proxy.protocol.errors import ErrorCode, KafkaError
+from proxy.protocol.records import (
+    BatchSpan,
+    LocatedRecord,
+    batch_spans,
+    first_record_at_or_after,
+    record_set_end,
+    to_kiln_offsets,
+)
+from storage.errors import (
+    HardenedStoreRejected,
+    HardenedStoreUnavailable,
+    HardenedTopicMissing,
+    StorageError,
+)
+from storage.kafka.client import EARLIEST, FetchResult, KafkaClient
+from storage.kiln_positions import KilnPositions
+from storage.model import TopicPartition
+
+log = logging.getLogger(__name__)
+
+# A broker returns the whole first batch whatever the limit: a probe moves one batch.
+_PROBE_BYTES = 1
+# tansu caps fetch answers at 5 MiB.
+_MAX_FETCH_BYTES = 4 * 1024 * 1024
+# Batches read through without finding a record to serve before a read gives up for now.
+_MAX_FETCHES_PER_READ = 16
+_MAX_PROBES = 128
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class ColdRead:
+    """Records at or above a wanted Kiln offset, in Kiln offsets.
+
+    `next_offset` is the Kiln offset after the last record in `records` (the wanted offset
+    when none could be served yet), or None when Kafka holds nothing at or above the wanted
+    offset. `earliest` is the first Kiln offset Kafka holds (None: it holds no record).
+    """
+
+    records: bytes
+    next_offset: int | None
+    earliest: int | None
+
+
+@dataclass
+class ColdReaderCounters:
+    reads: int = 0  # reads that served records
+    records: int = 0  # records served
+    probes: int = 0  # one-batch fetches made to find where a Kiln offset lies
+
+
+@dataclass(frozen=True, slots=True)
+class _Earliest:
+    log_start: int  # Kafka's log start offset when it was learned
+    kiln_offset: int | None
+    learned_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Probe:
+    span: BatchSpan | None  # the first data batch ending at or after the probed offset
+    high_watermark: int
+    log_start: int
+
+
+class _Side(enum.Enum):
+    """Where a searched-for record lies relative to a probed batch."""
+
+    LATER = 1  # after the batch
+    WITHIN = 2  # in the batch, and no earlier batch holds it
+    EARLIER = 3  # in the batch or an earlier one
+
+
+class ColdReader:
+    def __init__(self, client: KafkaClient, *, positions: KilnPositions | None = None,
+                 max_fetch_bytes: int = _MAX_FETCH_BYTES, earliest_ttl_s: float = 30.0,
+                 refresh_retry_s: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._client = client
+        self._positions = positions or KilnPositions()
+        self._max_fetch_bytes = max_fetch_bytes
+        self._earliest_ttl_s = earliest_ttl_s
+        self._refresh_retry_s = refresh_retry_s
+        self._clock = clock
+        self._earliest: dict[TopicPartition, _Earliest] = {}
+        self._refresh_not_before: dict[TopicPartition, float] = {}
+        self._refreshing: dict[TopicPartition, asyncio.Task[None]] = {}
+        self.counters = ColdReaderCounters()
+
+    # --- earliest Kiln offset --------------------------------------------------------------
+
+    async def earliest(self, tp: TopicPartition) -> int | None:
+        """The first Kiln offset Kafka holds for the partition (None: it holds no record),
+        asked of Kafka now; the last answer if Kafka cannot be reached and it held records
+        then (they only ever go away from the front)."""
+        try:
+            log_start = await self._client.list_offset(tp.topic, tp.partition, EARLIEST)
+            known = self._earliest.get(tp)
+            if known is not None and known.kiln_offset is not None \
+                    and known.log_start == log_start:
+                kiln_offset: int | None = known.kiln_offset
+            else:
+                probe = await self._probe(tp, log_start)
+                kiln_offset = None if probe.span is None else probe.span.first.kiln_offset
+        except HardenedTopicMissing:
+            self._positions.forget(tp)
+            log_start, kiln_offset = 0, None
+        except HardenedStoreUnavailable:
+            known = self._earliest.get(tp)
+            if known is None or known.kiln_offset is None:
+                raise
+            log.debug("%s/%d: Kafka unreachable; earliest Kiln offset as last seen, %d",
+                      tp.topic, tp.partition, known.kiln_offset)
+            return known.kiln_offset
+        self._earliest[tp] = _Earliest(log_start, kiln_offset, self._clock())
+        return kiln_offset
+
+    def earliest_if_known(self, tp: TopicPartition) -> int | None:
+        """The earliest Kiln offset as last seen, without waiting on Kafka (None: unknown, or
+        Kafka held no record); a missing or stale answer is asked for in the background.
+        For answers, like a hot fetch's log start offset, that must not wait on Kafka."""
+        known = self._earliest.get(tp)
+        now = self._clock()
+        stale = known is None or now - known.learned_at >= self._earliest_ttl_s
+        if stale and tp not in self._refreshing \
+                and now >= self._refresh_not_before.get(tp, float("-inf")):
+            task = asyncio.create_task(self._refresh_earliest(tp),
+                                       name=f"kiln-earliest-{tp.topic}-{tp.partition}")
+            self._refreshing[tp] = task
+            task.add_done_callback(lambda _: self._refreshing.pop(tp, None))
+        return None if known is None else known.kiln_offset
+
+    async def _refresh_earliest(self, tp: TopicPartition) -> None:
+        try:
+            await self.earliest(tp)
+            self._refresh_not_before.pop(tp, None)
+        except StorageError as exc:
+            self._refresh_not_before[tp] = self._clock() + self._refresh_retry_s
+            log.debug("%s/%d: earliest Kiln offset unknown: %s", tp.topic, tp.partition, exc)
+
+    async def close(self) -> None:
+        """Stop background look-ups (the Kafka client is closed by its owner)."""
+        tasks = list(self._refreshing.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # --- reading ---------------------------------------------------------------------------
+
+    async def read(self, tp: TopicPartition, kiln_offset: int, max_bytes: int, *,
+                   at_least_one: bool = True) -> ColdRead:
+        """Records from the first one at or above `kiln_offset`, up to `max_bytes` (with
+        `at_least_one`, at least one batch however large)."""
+        known = self._earliest.get(tp)
+        if known is None or known.kiln_offset is None or kiln_offset < known.kiln_offset \
+                or self._clock() - known.learned_at >= self._earliest_ttl_s:
+            earliest = await self.earliest(tp)
+        else:
+            earliest = known.kiln_offset
+        if earliest is None or kiln_offset < earliest:
+            return ColdRead(b"", None, earliest)
+        position = await self._locate(tp, kiln_offset)
+        fetch_bytes = max(1, min(max_bytes, self._max_fetch_bytes))
+        for _ in range(_MAX_FETCHES_PER_READ):
+            if position is None:
+                return ColdRead(b"", None, earliest)
+            result = await self._fetch(tp, position, fetch_bytes)
+            if result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                # Retention moved the log start, or the facts outlived the log they describe.
+                self._positions.forget(tp)
+                position = await self._locate(tp, kiln_offset)
+                continue
+            rebuilt = _decoded(to_kiln_offsets, result.records, kiln_offset, max_bytes,
+                               at_least_one=at_least_one)
+            if rebuilt.last is not None:
+                last = rebuilt.last
+                self._positions.learn(tp, last.kafka_offset, last.kiln_offset)
+                self.counters.reads += 1
+                self.counters.records += rebuilt.record_count
+                return ColdRead(rebuilt.data, last.kiln_offset + 1, earliest)
+            if rebuilt.full:  # not even one batch fits what is left of the response
+                return ColdRead(b"", kiln_offset, earliest)
+            if rebuilt.end_kafka_offset is not None:
+                position = rebuilt.end_kafka_offset
+            elif not result.records:
+                if position < result.high_watermark:
+                    raise HardenedStoreUnavailable(
+                        f"{tp.topic}[{tp.partition}]: no records at {position} below the "
+                        f"high watermark {result.high_watermark}")
+                position = None
+            elif fetch_bytes < self._max_fetch_bytes:
+                fetch_bytes = self._max_fetch_bytes  # one batch larger than the fetch size
+            else:
+                raise HardenedStoreRejected(
+                    ErrorCode.RECORD_LIST_TOO_LARGE,
+                    f"{tp.topic}[{tp.partition}]: batch at {position} exceeds "
+                    f"{self._max_fetch_bytes} bytes")
+        return ColdRead(b"", kiln_offset, earliest)  # no record to serve yet; ask again
+
+    async def offset_for_timestamp(self, tp: TopicPartition, timestamp: int
+                                   ) -> LocatedRecord | None:
+        """The first record whose timestamp is at or after `timestamp` (None: there is none).
+
+        Kafka's ListOffsets answers it, and the record it names is read for its Kiln offset;
+        when that record is earlier than the timestamp (tansu 0.6 answers 0 whatever the
+        timestamp), batch max timestamps are searched instead, as the hot tier does.
+        """
+        try:
+            position = await self._client.list_offset(tp.topic, tp.partition, timestamp)
+        except HardenedTopicMissing:
+            return None
+        if position < 0:
+            return None
+        found = await self._first_record(tp, position)
+        if found is not None and found.timestamp >= timestamp:
+            return found
+
+        def side(span: BatchSpan) -> _Side:
+            return _Side.LATER if span.max_timestamp < timestamp else _Side.EARLIER
+
+        start = await self._search(tp, side, 0, None)
+        return None if start is None else await self._first_record(tp, start, timestamp)
+
+    # --- finding records ---------------------------------------------------------------------
+
+    async def _locate(self, tp: TopicPartition, kiln_offset: int) -> int | None:
+        """A Kafka offset to read from for the first record at or above `kiln_offset`: that
+        record's, or its batch's start (None: Kafka holds no such record)."""
+        bounds = self._positions.bounds(tp, kiln_offset)
+        if bounds.exact:
+            return bounds.after
+
+        def side(span: BatchSpan) -> _Side:
+            if span.last.kiln_offset < kiln_offset:
+                return _Side.LATER
+            if span.first.kiln_offset < kiln_offset:
+                return _Side.WITHIN
+            return _Side.EARLIER
+
+        return await self._search(tp, side, bounds.after, bounds.at_most)
+
+    async def _search(self, tp: TopicPartition, side: Callable[[BatchSpan], _Side],
+                      low: int, found: int | None) -> int | None:
+        """Binary search over Kafka batches for the first batch that `side` does not place
+        the wanted record after; returns its first Kafka offset (None: no such batch).
+
+        `low`: every data record below it lies before the wanted one; `found`: a Kafka
+        offset known to be at or after it. The first probe is at `low`, so a reader just
+        behind the wanted record finds it at once. Positions in [bound, found) hold no data
+        record, so the search is over when `low` reaches `bound`.
+        """
+        bound = found
+        probe_at = low
+        for _ in range(_MAX_PROBES):
+            probe = await self._probe(tp, probe_at)
+            low = max(low, probe.log_start)
+            if bound is None or probe.high_watermark < bound:
+                bound = probe.high_watermark
+            span = probe.span
+            if span is None:
+                bound = min(bound, probe_at)
+            else:
+                where = side(span)
+                if where is _Side.WITHIN:
+                    return span.first.kafka_offset
+                if where is _Side.LATER:
+                    low = max(low, span.last.kafka_offset + 1)
+                else:
+                    first = span.first.kafka_offset
+                    found = first if found is None else min(found, first)
+                    bound = min(bound, probe_at, first)
+            if low >= bound:
+                return found
+            probe_at = (low + bound) // 2
+        log.warning("%s/%d: search gave up after %d probes", tp.topic, tp.partition,
+                    _MAX_PROBES)
+        return found
+
+    async def _probe(self, tp: TopicPartition, position: int) -> _Probe:
+        """The first data batch that ends at or after `position` (one fetch, more only past
+        control batches); what it shows of Kiln offsets is remembered."""
+        for _ in range(_MAX_FETCHES_PER_READ):
+            self.counters.probes += 1
+            result = await self._fetch(tp, position, _PROBE_BYTES)
+            log_start = max(result.log_start_offset, 0)
+            if result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                # Kafka leaves the offsets out of an error answer: ask which end it was.
+                log_start = await self._client.list_offset(tp.topic, tp.partition, EARLIEST)
+                if position < log_start:
+                    position = log_start
+                    continue
+                return _Probe(None, position, log_start)  # the partition ends before it
+            spans = _decoded(batch_spans, result.records)
+            for span in spans:
+                self._positions.learn(tp, span.first.kafka_offset, span.first.kiln_offset)
+                self._positions.learn(tp, span.last.kafka_offset, span.last.kiln_offset)
+            for span in spans:
+                if span.last.kafka_offset >= position:
+                    return _Probe(span, result.high_watermark, log_start)
+            after = record_set_end(result.records)
+            if after is None or after <= position:
+                if position < result.high_watermark and result.records == b"":
+                    raise HardenedStoreUnavailable(
+                        f"{tp.topic}[{tp.partition}]: no records at {position} below the "
+                        f"high watermark {result.high_watermark}")
+                return _Probe(None, result.high_watermark, log_start)
+            position = after  # only control batches (or older formats) here; look past them
+        raise HardenedStoreRejected(
+            ErrorCode.CORRUPT_MESSAGE,
+            f"{tp.topic}[{tp.partition}]: no data batch found near {position}")
+
+    async def _first_record(self, tp: TopicPartition, position: int,
+                            min_timestamp: int | None = None) -> LocatedRecord | None:
+        result = await self._fetch(tp, position, self._max_fetch_bytes)
+        return _decoded(first_record_at_or_after, result.records, position, min_timestamp)
+
+    async def _fetch(self, tp: TopicPartition, position: int, max_bytes: int) -> FetchResult:
+        return await self._client.fetch(tp.topic, tp.partition, position, max_bytes)
+
+
+def _decoded(decode: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    """A fetched record set that cannot be decoded is Kafka's fault, not the client's."""
+    try:
+        return decode(*args, **kwargs)
+    except StorageError:
+        raise
+    except KafkaError as exc:
+        raise HardenedStoreRejected(exc.error_code, f"hardened records: {exc.message}") from exc
