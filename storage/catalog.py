@@ -44,7 +44,7 @@ class Catalog:
     def __init__(self, registry: TopicRegistry, queue: LogQueue, kafka: KafkaClient,
                  settings: CatalogSettings) -> None:
         self._registry = registry
-        self._adopting: dict[str, asyncio.Future[TopicConfig]] = {}
+        self._adopting: dict[str, asyncio.Lock] = {}
         self._queue = queue
         self._kafka = kafka
         self._settings = settings
@@ -82,12 +82,11 @@ class Catalog:
 
     async def _adopt(self, name: str, partitions: int) -> TopicConfig:
         """Adopt once, however many callers ask at the same time."""
-        pending = self._adopting.get(name)
-        if pending is None:
-            pending = asyncio.ensure_future(self._adopt_now(name, partitions))
-            self._adopting[name] = pending
-            pending.add_done_callback(lambda _: self._adopting.pop(name, None))
-        return await asyncio.shield(pending)
+        async with self._adopting.setdefault(name, asyncio.Lock()):
+            adopted = await self._registry.get(name)
+            if adopted is not None:
+                return adopted
+            return await self._adopt_now(name, partitions)
 
     async def _adopt_now(self, name: str, partitions: int) -> TopicConfig:
         """Register a topic that Kafka has and Kiln does not (new to Kiln, or Redis lost its

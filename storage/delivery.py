@@ -14,9 +14,7 @@ that straddles the mark); under `all` and `never` the mark only answers assured 
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from storage.acks import SettledWaiters
 from storage.clock import wall_clock_ms
@@ -28,13 +26,6 @@ from storage.topics import HardenPolicy, TopicRegistry
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class DeliveryCounters:
-    commits_counted: int = 0
-    records_dropped: int = 0
-    dropped_by_topic: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-
-
 class Delivery:
     def __init__(self, queue: LogQueue, topics: TopicRegistry, registry: SubscriptionRegistry,
                  waiters: SettledWaiters, clock_ms: Callable[[], int] = wall_clock_ms) -> None:
@@ -43,11 +34,6 @@ class Delivery:
         self._registry = registry
         self._waiters = waiters
         self._clock_ms = clock_ms
-        self.counters = DeliveryCounters()
-
-    @property
-    def registry(self) -> SubscriptionRegistry:
-        return self._registry
 
     async def committed(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
         """`group` committed `offsets` (the next offset it will read, per partition)."""
@@ -97,10 +83,7 @@ class Delivery:
 
     async def _apply(self, group: str, offsets: Mapping[TopicPartition, int],
                      durable: Mapping[str, Sequence[str]], drop: Mapping[str, bool]) -> None:
+        # What was dropped is counted in Redis, per partition (LogQueue.deliver).
         results = await self._queue.deliver(group, offsets, durable, drop)
-        self.counters.commits_counted += 1
         for tp, result in results.items():
             self._waiters.settled(tp, result.delivered_offset)
-            if result.records_dropped:
-                self.counters.records_dropped += result.records_dropped
-                self.counters.dropped_by_topic[tp.topic] += result.records_dropped

@@ -35,6 +35,7 @@ from redis.exceptions import NoScriptError, RedisError
 
 from proxy.protocol.batch import read_header
 from proxy.protocol.errors import ErrorCode
+from storage import redis_pool
 from storage.errors import BufferUnavailable
 from storage.model import Reliability, StoredBatch, TopicPartition
 
@@ -254,8 +255,6 @@ return 0
 
 
 _READ_BATCHES = 200
-# How long a command may wait for a pooled connection before it counts as Redis unavailable.
-_POOL_WAIT_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,19 +324,15 @@ class LogQueue:
 
     @classmethod
     def from_url(cls, url: str, max_connections: int = 64) -> LogQueue:
-        """A pool that makes callers wait for a free connection rather than fail: redis-py's
-        default pool refuses the 101st concurrent command, and every partition's hardening
-        task, fetch and produce shares this one."""
-        pool = aioredis.BlockingConnectionPool.from_url(
-            url, max_connections=max_connections, timeout=_POOL_WAIT_S, decode_responses=False)
-        return cls(aioredis.Redis(connection_pool=pool))
+        """Every partition's hardening task, fetch and produce share these connections."""
+        return cls(redis_pool.connect(url, max_connections=max_connections))
 
     @property
     def redis(self) -> aioredis.Redis:
         return self._redis
 
     async def close(self) -> None:
-        await self._redis.aclose(close_connection_pool=True)
+        await redis_pool.close(self._redis)
 
     async def ping(self) -> None:
         try:

@@ -47,6 +47,10 @@ async def read_partition(ctx: KilnContext, tp: TopicPartition, offset: int, limi
                          *, at_least_one: bool) -> PartitionRead:
     """Batches from `offset`, up to `limit_bytes` (with `at_least_one`, at least one batch
     whatever the limit), from whichever tier holds them. The caller checks the topic."""
+    if offset < 0:
+        return PartitionRead(ErrorCode.OFFSET_OUT_OF_RANGE,
+                             high_watermark=(await ctx.queue.state(tp)).next_offset,
+                             log_start_offset=await earliest_offset(ctx, tp))
     for _ in range(_TIER_ATTEMPTS):
         batches, state, hot_start = await ctx.queue.read_from(tp, offset, max(1, limit_bytes))
         cold_earliest = ctx.cold.earliest_if_known(tp)

@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 from redis.typing import EncodableT, FieldT
 
+from storage import redis_pool
 from storage.errors import BufferUnavailable
 from storage.groups.model import CommittedOffset
 from storage.groups.snapshot import offset_from_json, offset_to_json
@@ -47,12 +48,12 @@ class GroupStore:
 
     @classmethod
     def from_url(cls, url: str) -> GroupStore:
-        """A store with connections of its own: redis-py's pool fails at once when it is
-        exhausted, and a busy log queue must not make heartbeats and commits fail."""
-        return cls(aioredis.Redis.from_url(url, decode_responses=False))
+        """A store with connections of its own: a busy log queue must not hold up heartbeats
+        and commits."""
+        return cls(redis_pool.connect(url, max_connections=16))
 
     async def close(self) -> None:
-        await self._redis.aclose()
+        await redis_pool.close(self._redis)
 
     async def load(self, group_id: str) -> bytes | None:
         try:

@@ -1,0 +1,88 @@
+"""Hostile or absurd consumer-side requests (commits, fetches, joins) get clear error codes
+and leave stored records intact."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
+
+from proxy.protocol.errors import ErrorCode
+from storage.model import TopicPartition
+from tests.integration.test_groups import commit, fetch_offsets, join
+from tests.integration.test_read_through import offsets_of, raw_fetch
+from tests.kiln_harness import RunningKiln
+from tests.raw_client import RawClient, record_batch
+
+MAX_OFFSET = 2**63 - 1
+
+
+def commit_with_metadata(client: RawClient, group: str, topic: str, metadata: str) -> int:
+    part = OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+        partition_index=0, committed_offset=1, committed_leader_epoch=-1,
+        committed_metadata=metadata)
+    answer: Any = client.request(OffsetCommitRequest[8](
+        group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+        topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=topic, partitions=[part])]),
+        8, OffsetCommitResponse)
+    return int(answer.topics[0].partitions[0].error_code)
+
+
+def test_absurd_commits_deliver_nothing_that_was_not_produced(
+        kiln: RunningKiln, unique_topic: str) -> None:
+    # Given 5 records and a group that commits the largest offset there is
+    client = RawClient(kiln.bootstrap)
+    try:
+        client.produce(unique_topic, 0, record_batch([b"a"] * 5))
+        huge = commit(client, "absurd", {(unique_topic, 0): MAX_OFFSET})
+
+        # When 5 more are produced, and the group then commits a negative offset
+        client.produce(unique_topic, 0, record_batch([b"b"] * 5))
+        negative = commit(client, "absurd", {(unique_topic, 0): -7})
+        oversized = commit_with_metadata(client, "absurd", unique_topic, "m" * 5000)
+        dropped, read = raw_fetch(client, unique_topic, [(0, 0)], 1 << 20)[0], raw_fetch(
+            client, unique_topic, [(0, 5)], 1 << 20)[0]
+        stored = fetch_offsets(client, "absurd", [(unique_topic, 0)])
+    finally:
+        client.close()
+    state = kiln.call(kiln.app.queue.state(TopicPartition(unique_topic, 0)))
+
+    # Then only the 5 records that existed at the first commit count as delivered (gone,
+    # so offset 0 is now out of range), the later ones stay buffered and readable, and
+    # oversized metadata is refused
+    assert huge == {(unique_topic, 0): 0}
+    assert negative == {(unique_topic, 0): 0}
+    assert oversized == ErrorCode.OFFSET_METADATA_TOO_LARGE
+    assert stored == {(unique_topic, 0): (-7, "at -7")}
+    assert (state.delivered_offset, state.buffered_records, state.next_offset) == (5, 5, 10)
+    assert (dropped.error_code, dropped.log_start_offset) == (ErrorCode.OFFSET_OUT_OF_RANGE, 5)
+    assert offsets_of(read.records) == [5, 6, 7, 8, 9]
+
+
+def test_fetches_outside_the_log_are_out_of_range_and_change_nothing(
+        kiln: RunningKiln, unique_topic: str) -> None:
+    client = RawClient(kiln.bootstrap)
+    try:
+        client.produce(unique_topic, 0, record_batch([b"x"] * 3))
+        below, above, unknown = raw_fetch(client, unique_topic, [(0, -5), (0, MAX_OFFSET),
+                                                                 (7, 0)], 1 << 20)
+        after = raw_fetch(client, unique_topic, [(0, 0)], 1 << 20)[0]
+    finally:
+        client.close()
+
+    assert (below.error_code, below.log_start_offset) == (ErrorCode.OFFSET_OUT_OF_RANGE, 0)
+    assert (above.error_code, above.high_watermark) == (ErrorCode.OFFSET_OUT_OF_RANGE, 3)
+    assert unknown.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert offsets_of(after.records) == [0, 1, 2]
+
+
+def test_a_join_with_an_empty_group_id_is_refused(kiln: RunningKiln) -> None:
+    client = RawClient(kiln.bootstrap)
+    try:
+        answer = join(client, "")
+        still_serving = join(client, "a-real-group")
+    finally:
+        client.close()
+
+    assert answer.error_code == ErrorCode.INVALID_GROUP_ID
+    assert still_serving.error_code == ErrorCode.MEMBER_ID_REQUIRED
