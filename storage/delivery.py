@@ -36,7 +36,11 @@ class Delivery:
         self._clock_ms = clock_ms
 
     async def committed(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
-        """`group` committed `offsets` (the next offset it will read, per partition)."""
+        """`group` committed `offsets` (the next offset it will read, per partition). The
+        empty group id, which Kafka allows for simple commits, is never a durable
+        subscription."""
+        if not group:
+            return
         durable: dict[str, Sequence[str]] = {}
         drop: dict[str, bool] = {}
         for topic in {tp.topic for tp in offsets}:

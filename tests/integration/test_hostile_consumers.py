@@ -86,3 +86,22 @@ def test_a_join_with_an_empty_group_id_is_refused(kiln: RunningKiln) -> None:
 
     assert answer.error_code == ErrorCode.INVALID_GROUP_ID
     assert still_serving.error_code == ErrorCode.MEMBER_ID_REQUIRED
+
+
+def test_commits_under_the_empty_group_id_never_hold_records_back(
+        kiln: RunningKiln, unique_topic: str) -> None:
+    # Given records, a durable subscription that read them all, and commits by group ""
+    client = RawClient(kiln.bootstrap)
+    try:
+        client.produce(unique_topic, 0, record_batch([b"x"] * 4))
+        anonymous = commit(client, "", {(unique_topic, 0): 0})
+        reader = commit(client, "reader", {(unique_topic, 0): 4})
+    finally:
+        client.close()
+    subscriptions = kiln.call(kiln.app.delivery.subscriptions())
+    state = kiln.call(kiln.app.queue.state(TopicPartition(unique_topic, 0)))
+
+    # Then only the real group counts, and what it read is delivered
+    assert (anonymous, reader) == ({(unique_topic, 0): 0}, {(unique_topic, 0): 0})
+    assert sorted(subscriptions[unique_topic]) == ["reader"]
+    assert (state.delivered_offset, state.buffered_records) == (4, 0)
