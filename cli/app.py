@@ -9,11 +9,15 @@ import uuid
 
 from cli.settings import Settings
 from proxy.server.context import KilnContext, ServerSettings
+from proxy.server.http_endpoints import HttpEndpoints
 from proxy.server.listener import Listener
+from proxy.server.request_metrics import ServerCountersCollector
 from storage.acks import SettledWaiters
 from storage.appends import AppendSignals
 from storage.budget import BufferBudget
 from storage.catalog import Catalog, CatalogSettings
+from storage.clock import wall_clock_ms
+from storage.delay_control import DelayControl
 from storage.delivery import Delivery
 from storage.errors import StorageError
 from storage.groups.coordinator import GroupCoordinator
@@ -22,7 +26,11 @@ from storage.groups.store import GroupStore
 from storage.hardener import Hardener, HardenerSettings
 from storage.kafka.client import KafkaClient
 from storage.log_queue import LogQueue
-from storage.policy.delay import FixedDelay
+from storage.observability.buffer import BufferSnapshot
+from storage.observability.readiness import Readiness
+from storage.operator_requests import drain_requested
+from storage.policy.adaptive import DelayLimits
+from storage.policy.observer import DelayObserver
 from storage.read_through import ColdReader
 from storage.subscriptions import SubscriptionRegistry
 from storage.topics import TopicRegistry
@@ -48,12 +56,18 @@ class KilnApp:
         )
         self.waiters = SettledWaiters(self.queue)
         self.budget = BufferBudget(self.queue, self.catalog, settings.buffer_budget_bytes)
-        self.hardener = Hardener(
-            self.queue, self.catalog, self.kafka, FixedDelay(settings.harden_delay_ms),
-            self.waiters, HardenerSettings(owner=f"kiln-{settings.node_id}-{uuid.uuid4().hex}"),
+        owner = f"kiln-{settings.node_id}-{uuid.uuid4().hex}"
+        subscriptions = SubscriptionRegistry(self.queue.redis)
+        fixed = settings.harden_delay_ms if settings.delay_policy == "fixed" else None
+        self.delay = DelayObserver(delay_limits(settings), fixed_delay_ms=fixed)
+        self.delay_control = DelayControl(
+            self.delay, budget=self.budget, waiters=self.waiters, catalog=self.catalog,
+            subscriptions=subscriptions, redis=self.queue.redis, node=owner,
         )
-        self.delivery = Delivery(self.queue, self.catalog.registry,
-                                 SubscriptionRegistry(self.queue.redis), self.waiters)
+        self.hardener = Hardener(self.queue, self.catalog, self.kafka, self.delay, self.waiters,
+                                 HardenerSettings(owner=owner))
+        self.delivery = Delivery(self.queue, self.catalog.registry, subscriptions, self.waiters,
+                                 on_delivered=self.delay.delivered)
         # Reads get their own connections: a large fetch must not hold up hardening writes,
         # and an unreachable Kafka should fail a consumer's read quickly.
         self.cold_kafka = KafkaClient(settings.kafka_bootstrap,
@@ -73,15 +87,37 @@ class KilnApp:
                                     advertised_port=port,
                                     max_frame_bytes=settings.max_frame_bytes),
             queue=self.queue, catalog=self.catalog, waiters=self.waiters, budget=self.budget,
-            delivery=self.delivery, appends=self.appends, groups=self.groups,
+            delivery=self.delivery, appends=self.appends, groups=self.groups, delay=self.delay,
             cold=self.cold,
         )
         listen_host, listen_port = settings.listen_address
         self.listener = Listener(self.context, listen_host, listen_port)
+        # Metrics: collectors read, when scraped, what the parts count anyway.
+        self.metrics = self.context.metrics
+        self.metrics.register(ServerCountersCollector(self.context.counters))
+        self.metrics.watch_hardener(self.hardener.counters)
+        self.metrics.watch_buffer(BufferSnapshot(self.queue, self.catalog.registry))
+        self.metrics.set_delay_source(lambda: {
+            topic: (d.delay_ms, str(d.binding)) for topic, d in self.delay.current().items()})
+        # Readiness probes Kafka on a connection of its own, with short timeouts, so that a
+        # probe never waits behind hardening writes.
+        self.probe_kafka = KafkaClient(settings.kafka_bootstrap,
+                                       client_id=f"kiln-{settings.node_id}-probe",
+                                       connect_timeout=2.0, request_timeout=2.0)
+        self.readiness = Readiness({"redis": self.queue.ping,
+                                    "kafka": lambda: self.probe_kafka.metadata([])})
+        self.http = (HttpEndpoints(self.metrics, self.readiness, *settings.http_address)
+                     if settings.http_address is not None else None)
 
     @property
     def port(self) -> int:
         return self.listener.port
+
+    @property
+    def http_port(self) -> int:
+        """The bound port of the HTTP endpoints (http_listen must not be off)."""
+        assert self.http is not None, "http_listen is off"
+        return self.http.port
 
     async def start(self) -> None:
         """Check both stores answer, then start hardening and accepting clients."""
@@ -100,12 +136,32 @@ class KilnApp:
                 log.info("durable subscription %s of topic %s registered from the configuration",
                          group, topic)
         self.budget.start()
+        self.delay_control.start()
         self.hardener.start()
+        if self.http is not None:
+            try:
+                await self.http.start()
+            except OSError as exc:
+                raise StartupError(f"cannot listen on {self.settings.http_listen} "
+                                   f"(http_listen): {exc}") from exc
         await self.listener.start()
         if self.settings.advertise == "" and self.settings.listen_address[1] == 0:
             # Listening on port 0 (tests): advertise the port actually bound.
             self.context.settings = dataclasses.replace(self.context.settings,
                                                         advertised_port=self.port)
+
+    async def watch_drain_requests(self, stop: asyncio.Event, poll_s: float = 1.0) -> None:
+        """Set `stop` when an operator asks this process to drain (`kiln drain`)."""
+        started_ms = wall_clock_ms()
+        while not stop.is_set():
+            try:
+                if await drain_requested(self.queue.redis, started_ms):
+                    log.info("drain requested through Redis: planned shutdown")
+                    stop.set()
+                    return
+            except StorageError as exc:
+                log.debug("cannot check for drain requests: %s", exc)
+            await asyncio.sleep(poll_s)
 
     async def drain(self, timeout_s: float = 60.0) -> bool:
         """Planned shutdown: stop accepting, harden every buffered persistent record."""
@@ -116,9 +172,14 @@ class KilnApp:
         return hardened
 
     async def close(self) -> None:
+        if self.http is not None:
+            await self.http.close()
+        await self.readiness.close()
+        await self.probe_kafka.close()
         await self.listener.close()
         await self.groups.stop()
         await self.hardener.stop()
+        await self.delay_control.stop()
         await self.budget.stop()
         await self.waiters.close()
         await self.kafka.close()
@@ -132,3 +193,15 @@ class KilnApp:
             await stop.wait()
         finally:
             await self.close()
+
+
+def delay_limits(settings: Settings) -> DelayLimits:
+    return DelayLimits(
+        min_delay_ms=settings.min_delay_ms, max_delay_ms=settings.max_delay_ms,
+        initial_delay_ms=settings.harden_delay_ms,
+        risk_budget_bytes=settings.risk_budget_bytes,
+        risk_budget_records=settings.risk_budget_records,
+        sender_budget_s=settings.sender_budget_s,
+        memory_budget_bytes=settings.buffer_budget_bytes or 2**62,
+        max_ack_delay_ms=settings.max_ack_delay_ms,
+    )

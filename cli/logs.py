@@ -5,19 +5,27 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from datetime import UTC, datetime
+
+# What every LogRecord has; anything else on a record came from `extra=` and is logged too.
+_STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
 
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        entry = {
-            "ts": round(record.created, 3),
+        entry: dict[str, object] = {
+            "timestamp": datetime.fromtimestamp(record.created, UTC)
+            .isoformat(timespec="milliseconds").replace("+00:00", "Z"),
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
         }
+        for key, value in record.__dict__.items():
+            if key not in _STANDARD and key not in entry:
+                entry[key] = value
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry)
+        return json.dumps(entry, default=str)
 
 
 def configure(level: str, as_json: bool) -> None:

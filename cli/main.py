@@ -13,9 +13,13 @@ import click
 from cli import logs
 from cli.admin import settings_from
 from cli.app import KilnApp, StartupError
+from cli.delay import delay
+from cli.flush import drain, flush
+from cli.inspect import inspect
 from cli.settings import Settings
 from cli.status import status
 from cli.subscriptions import subscriptions
+from cli.topics import topics
 from storage.errors import StorageError
 
 log = logging.getLogger(__name__)
@@ -23,11 +27,24 @@ log = logging.getLogger(__name__)
 _SERVE_OPTIONS = [
     click.option("--listen", help="HOST:PORT Kafka clients connect to [KILN_LISTEN]"),
     click.option("--advertise", help="HOST:PORT given to clients in Metadata [KILN_ADVERTISE]"),
+    click.option("--http-listen", help="HOST:PORT of /metrics, /healthz and /readyz; \"\" "
+                 "turns them off [KILN_HTTP_LISTEN]"),
     click.option("--redis-url", help="Redis holding the log queue [KILN_REDIS_URL]"),
     click.option("--kafka-bootstrap", help="HOST:PORT of the Kafka that survivors are hardened "
                  "to [KILN_KAFKA_BOOTSTRAP]"),
+    click.option("--delay-policy", type=click.Choice(["adaptive", "fixed"]),
+                 help="adaptive: computed from live signals (default); fixed: "
+                 "--harden-delay-ms always [KILN_DELAY_POLICY]"),
     click.option("--harden-delay-ms", type=int,
-                 help="how long records wait before hardening [KILN_HARDEN_DELAY_MS]"),
+                 help="the fixed delay; for the adaptive policy, the wait before any "
+                 "delivery was timed [KILN_HARDEN_DELAY_MS]"),
+    click.option("--min-delay-ms", type=int, help="adaptive delay floor [KILN_MIN_DELAY_MS]"),
+    click.option("--max-delay-ms", type=int, help="adaptive delay ceiling [KILN_MAX_DELAY_MS]"),
+    click.option("--risk-budget-bytes", type=int,
+                 help="bytes acknowledged but not yet hardened that the adaptive delay keeps "
+                 "within [KILN_RISK_BUDGET_BYTES]"),
+    click.option("--risk-budget-records", type=int,
+                 help="the same, in records [KILN_RISK_BUDGET_RECORDS]"),
     click.option("--config", "config_file", type=click.Path(path_type=Path, dir_okay=False),
                  help="TOML configuration file"),
     click.option("--log-json", is_flag=True, default=None, help="log one JSON object per line"),
@@ -50,6 +67,11 @@ def main() -> None:
 
 main.add_command(subscriptions)
 main.add_command(status)
+main.add_command(topics)
+main.add_command(delay)
+main.add_command(flush)
+main.add_command(drain)
+main.add_command(inspect)
 
 
 @main.command()
@@ -121,10 +143,14 @@ async def _serve(settings: Settings) -> None:
     except (StartupError, StorageError):
         await app.close()
         raise
-    log.info("Kiln ready: redis=%s kafka=%s delay=%dms", settings.redis_url,
-             settings.kafka_bootstrap, settings.harden_delay_ms)
+    delay = (f"fixed {settings.harden_delay_ms} ms" if settings.delay_policy == "fixed" else
+             f"adaptive {settings.min_delay_ms}..{settings.max_delay_ms} ms")
+    log.info("Kiln ready: redis=%s kafka=%s delay=%s", settings.redis_url,
+             settings.kafka_bootstrap, delay)
+    watcher = asyncio.create_task(app.watch_drain_requests(stop), name="kiln-drain-watch")
     try:
         await stop.wait()
         await app.drain()
     finally:
+        watcher.cancel()
         await app.close()

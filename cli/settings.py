@@ -23,9 +23,24 @@ class SettingsError(ValueError):
 class Settings:
     listen: str = "127.0.0.1:9092"
     advertise: str = ""  # defaults to `listen` (with 0.0.0.0 replaced by 127.0.0.1)
+    # HOST:PORT of the HTTP endpoints /metrics, /healthz and /readyz; "" turns them off.
+    http_listen: str = "127.0.0.1:9644"
     redis_url: str = "redis://127.0.0.1:6379/0"
     kafka_bootstrap: str = "127.0.0.1:9093"
+    # The hardening delay (DESIGN §4): "adaptive" computes it from live signals within the
+    # bounds and budgets below; "fixed" is `harden_delay_ms` always. The adaptive policy
+    # waits `harden_delay_ms` for a subscribed topic until it has timed a delivery.
+    delay_policy: str = "adaptive"
     harden_delay_ms: int = 2000
+    min_delay_ms: int = 0
+    max_delay_ms: int = 60_000
+    # Acknowledged but not yet hardened: the adaptive delay keeps within these.
+    risk_budget_bytes: int = 64 * 1024 * 1024
+    risk_budget_records: int = 1_000_000
+    # Senders x delay (seconds): more sending clients, shorter delay.
+    sender_budget_s: int = 600
+    # Producers waiting for hardening (acks=all) wait no longer than this.
+    max_ack_delay_ms: int = 10_000
     buffer_budget_bytes: int = 512 * 1024 * 1024
     auto_create_topics: bool = True
     default_partitions: int = 1
@@ -57,8 +72,13 @@ class Settings:
         host, port = self.listen_address
         return ("127.0.0.1" if host in ("0.0.0.0", "", "::") else host), port
 
+    @property
+    def http_address(self) -> tuple[str, int] | None:
+        return parse_host_port(self.http_listen, "http_listen") if self.http_listen else None
+
 
 _LOG_LEVELS = ("debug", "info", "warning", "error")
+_DELAY_POLICIES = ("adaptive", "fixed")
 
 
 def parse_host_port(text: str, key: str) -> tuple[str, int]:
@@ -107,16 +127,25 @@ _TYPES: dict[str, type] = {f.name: {"int": int, "bool": bool, "str": str}[str(f.
 def _validate(settings: Settings) -> Settings:
     settings.listen_address  # noqa: B018 - parses and raises on a bad value
     settings.advertised_address  # noqa: B018
+    settings.http_address  # noqa: B018
     parse_host_port(settings.kafka_bootstrap.split(",")[0], "kafka_bootstrap")
     if not settings.redis_url.startswith(("redis://", "rediss://", "unix://")):
         raise SettingsError(f"redis_url: expected redis://HOST:PORT/DB, got {settings.redis_url!r}")
-    for key in ("harden_delay_ms", "buffer_budget_bytes", "node_id"):
+    for key in ("harden_delay_ms", "buffer_budget_bytes", "node_id", "min_delay_ms",
+                "max_ack_delay_ms"):
         if getattr(settings, key) < 0:
             raise SettingsError(f"{key}: must be >= 0, got {getattr(settings, key)}")
-    for key in ("default_partitions", "max_frame_bytes"):
+    for key in ("default_partitions", "max_frame_bytes", "risk_budget_bytes",
+                "risk_budget_records", "sender_budget_s"):
         if getattr(settings, key) < 1:
             raise SettingsError(f"{key}: must be >= 1, got {getattr(settings, key)}")
     settings.subscriptions  # noqa: B018
+    if settings.delay_policy not in _DELAY_POLICIES:
+        raise SettingsError(f"delay_policy: one of {', '.join(_DELAY_POLICIES)}, got "
+                            f"{settings.delay_policy!r}")
+    if settings.max_delay_ms < settings.min_delay_ms:
+        raise SettingsError(f"max_delay_ms: must be >= min_delay_ms ({settings.min_delay_ms}), "
+                            f"got {settings.max_delay_ms}")
     if settings.group_initial_rebalance_delay_ms < 0:
         raise SettingsError("group_initial_rebalance_delay_ms: must be >= 0, got "
                             f"{settings.group_initial_rebalance_delay_ms}")

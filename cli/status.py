@@ -14,10 +14,11 @@ from cli.admin import Stores, connect, settings_from
 from cli.settings import Settings
 from cli.subscriptions import store_options
 from storage.clock import wall_clock_ms
+from storage.delay_control import read_reports
 from storage.model import TopicPartition
 
 _COLUMNS = ("topic", "partition", "next", "hardened", "delivered", "buffered", "bytes",
-            "oldest_s", "subscriptions", "dropped", "written", "avoided")
+            "oldest_s", "delay_ms", "why", "subscriptions", "dropped", "written", "avoided")
 
 
 @click.command()
@@ -27,8 +28,9 @@ _COLUMNS = ("topic", "partition", "next", "hardened", "delivered", "buffered", "
 def status(topic: str | None, as_json: bool, config_file: Path | None,
            redis_url: str | None) -> None:
     """Per partition: next offset, hardened and delivered marks, records and bytes
-    buffered, age of the oldest buffered record, durable subscriptions, records dropped as
-    delivered versus written to Kafka, and the share of records kept out of Kafka."""
+    buffered, age of the oldest buffered record, the current delay and why (see `kiln delay
+    explain`), durable subscriptions, records dropped as delivered versus written to Kafka,
+    and the share of records kept out of Kafka."""
     settings = settings_from(config_file, redis_url=redis_url)
     rows = asyncio.run(_rows(settings, topic))
     if topic is not None and not rows:
@@ -44,6 +46,8 @@ async def _rows(settings: Settings, only_topic: str | None) -> list[dict[str, An
 async def status_rows(stores: Stores, only_topic: str | None) -> list[dict[str, Any]]:
     topics = await stores.topics.all()
     subscriptions = await stores.delivery.subscriptions()
+    # The delay each topic has now, as the Kiln process hardening it last published.
+    delays = {r["topic"]: r for r in await read_reports(stores.queue.redis)}
     now = wall_clock_ms()
     rows = []
     for name, config in sorted(topics.items()):
@@ -60,6 +64,8 @@ async def status_rows(stores: Stores, only_topic: str | None) -> list[dict[str, 
                 "buffered": state.buffered_records, "bytes": state.buffered_bytes,
                 "oldest_s": (round((now - first.append_time_ms) / 1000, 1)
                              if first is not None else None),
+                "delay_ms": delays[name]["delay_ms"] if name in delays else None,
+                "why": delays[name]["binding"] if name in delays else None,
                 "subscriptions": len(subscriptions.get(name, {})),
                 "dropped": state.delivered_records, "written": state.hardened_records,
                 "avoided": (f"{state.delivered_records / settled:.1%}" if settled else None),

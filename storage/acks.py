@@ -32,6 +32,13 @@ class SettledWaiters:
     def pending(self) -> int:
         return sum(len(w) for w in self._waiting.values())
 
+    def pending_by_topic(self) -> dict[str, int]:
+        counts: dict[str, int] = defaultdict(int)
+        for tp, waiting in self._waiting.items():
+            if waiting:
+                counts[tp.topic] += len(waiting)
+        return dict(counts)
+
     def settled(self, tp: TopicPartition, upto: int) -> None:
         """Everything of `tp` below `upto` is hardened or delivered."""
         if upto <= self._marks[tp]:

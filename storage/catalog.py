@@ -112,6 +112,13 @@ class Catalog:
         config = with_kiln_configs(new_topic(name, partitions), kiln)
         if await self._registry.get(name) is not None:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        in_kafka = (await self._kafka_listing(refresh=True)).get(name) if require_kafka else None
+        if in_kafka is not None:
+            # Registering it afresh would restart its Kiln offsets below those Kafka holds.
+            await self._adopt(name, in_kafka)
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS,
+                             f"topic {name!r} already exists in Kafka ({in_kafka} partitions); "
+                             "Kiln has adopted it")
         if validate_only:
             return config
         try:

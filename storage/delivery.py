@@ -28,12 +28,16 @@ log = logging.getLogger(__name__)
 
 class Delivery:
     def __init__(self, queue: LogQueue, topics: TopicRegistry, registry: SubscriptionRegistry,
-                 waiters: SettledWaiters, clock_ms: Callable[[], int] = wall_clock_ms) -> None:
+                 waiters: SettledWaiters, clock_ms: Callable[[], int] = wall_clock_ms,
+                 on_delivered: Callable[[TopicPartition, int, int], None] | None = None
+                 ) -> None:
         self._queue = queue
         self._topics = topics
         self._registry = registry
         self._waiters = waiters
         self._clock_ms = clock_ms
+        # Told (partition, delivered mark, now) after every commit: the delay control.
+        self._on_delivered = on_delivered
 
     async def committed(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
         """`group` committed `offsets` (the next offset it will read, per partition). The
@@ -89,5 +93,8 @@ class Delivery:
                      durable: Mapping[str, Sequence[str]], drop: Mapping[str, bool]) -> None:
         # What was dropped is counted in Redis, per partition (LogQueue.deliver).
         results = await self._queue.deliver(group, offsets, durable, drop)
+        now = self._clock_ms()
         for tp, result in results.items():
             self._waiters.settled(tp, result.delivered_offset)
+            if self._on_delivered is not None:
+                self._on_delivered(tp, result.delivered_offset, now)

@@ -32,8 +32,10 @@ from storage.errors import BufferUnavailable, Fenced, StorageError
 from storage.hardened_store import NOTHING_WRITTEN, HardenedPartitionWriter
 from storage.kafka.client import KafkaClient
 from storage.log_queue import LogQueue
-from storage.model import TopicPartition
-from storage.policy.delay import FixedDelay, due_prefix
+from storage.model import StoredBatch, TopicPartition
+from storage.operator_requests import flush_requests
+from storage.policy.delay import due_prefix
+from storage.policy.observer import DelayObserver
 from storage.policy.reliability import should_harden
 from storage.tasks import stop_task
 from storage.topics import HardenPolicy
@@ -61,11 +63,13 @@ class HardenerCounters:
     batches_written: int = 0
     errors: int = 0
     per_topic_records: dict[str, int] = field(default_factory=dict)
+    # Told of every write (topic, batches written, now in ms): hardening latency metrics.
+    on_written: Callable[[str, Sequence[StoredBatch], int], None] | None = None
 
 
 class Hardener:
     def __init__(self, queue: LogQueue, catalog: Catalog, client: KafkaClient,
-                 delay: FixedDelay, waiters: SettledWaiters, settings: HardenerSettings,
+                 delay: DelayObserver, waiters: SettledWaiters, settings: HardenerSettings,
                  clock: Callable[[], int] = wall_clock_ms) -> None:
         self._queue = queue
         self._catalog = catalog
@@ -132,6 +136,7 @@ class Hardener:
         while not self._stopping.is_set():
             try:
                 await self._scan_topics()
+                await self._take_flush_requests()
             except StorageError as exc:
                 log.warning("hardener cannot scan topics: %s", exc)
             await asyncio.sleep(self._settings.topic_scan_s)
@@ -144,6 +149,13 @@ class Hardener:
                     self._tasks[tp] = asyncio.create_task(
                         self._run_partition(tp), name=f"kiln-harden-{tp.topic}-{partition}"
                     )
+
+    async def _take_flush_requests(self) -> None:
+        """Flushes asked for through Redis (`kiln flush`); the lease holder does the work."""
+        for tp, goal in (await flush_requests(self._queue.redis)).items():
+            if tp in self._tasks and goal > self._flush_goal.get(tp, 0):
+                self._flush_goal[tp] = goal
+                self._wakeup(tp).set()
 
     async def _run_partition(self, tp: TopicPartition) -> None:
         """Wait until the partition's oldest batch is due, then take the lease, recover the
@@ -178,6 +190,8 @@ class Hardener:
             except StorageError as exc:
                 writer = None
                 self.counters.errors += 1
+                if not isinstance(exc, BufferUnavailable):
+                    self._delay.kafka_failed(self._clock())
                 backoff = min(self._settings.max_backoff_s, max(0.05, backoff * 2))
                 log.warning("hardening of %s/%d paused %.2fs: %s",
                             tp.topic, tp.partition, backoff, exc)
@@ -188,7 +202,7 @@ class Hardener:
         of the partition is unfinished)."""
         if hardened < self._flush_goal.get(tp, 0):
             return now
-        return self._delay.decide(now).due_before(now)
+        return self._delay.decision(tp.topic, now).due_before(now)
 
     async def _until_due(self, tp: TopicPartition) -> float:
         """Seconds until the partition's oldest batch is due (0: now; inf: it is empty)."""
@@ -242,12 +256,16 @@ class Hardener:
         upto = due[-1].next_offset
         result = NOTHING_WRITTEN
         if to_write:
+            started = time.monotonic()
             result = await writer.write(to_write, write_from)
+            self._delay.kafka_write((time.monotonic() - started) * 1000, self._clock())
             self.counters.records_hardened += result.records
             self.counters.bytes_hardened += result.bytes
             self.counters.batches_written += result.batches
             per_topic = self.counters.per_topic_records
             per_topic[tp.topic] = per_topic.get(tp.topic, 0) + result.records
+            if self.counters.on_written is not None:
+                self.counters.on_written(tp.topic, to_write, self._clock())
         await self._queue.trim_read(tp, due, written_records=result.records,
                                     written_bytes=result.bytes,
                                     delivered_below=delivered_below)

@@ -1,7 +1,8 @@
 """Kiln's topic registry in Redis: partition counts, stable topic ids and reliability policy.
 
 Kept in one hash (`kiln:topics`, name -> JSON) so every Kiln process sees the same topics;
-HSETNX makes creation race-free between processes.
+HSETNX makes creation race-free between processes. A policy changed by another process
+(`kiln topics alter`) is seen here within CACHE_TTL_S.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import dataclasses
 import enum
 import json
 import re
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -81,7 +83,8 @@ def validate_topic_name(name: str) -> None:
 def new_topic(name: str, partitions: int, topic_id: uuid.UUID | None = None) -> TopicConfig:
     validate_topic_name(name)
     if partitions < 1:
-        raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"{partitions} partitions")
+        raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                         f"{partitions} partitions: a topic needs at least one")
     return TopicConfig(name=name, partitions=partitions, topic_id=str(topic_id or uuid.uuid4()))
 
 
@@ -156,25 +159,34 @@ def kiln_configs(config: TopicConfig) -> dict[str, str]:
     }
 
 
-class TopicRegistry:
-    """Reads are served from a local cache that any miss refreshes."""
+# How old a cached topic may be: a policy changed in Redis applies within this time.
+CACHE_TTL_S = 1.0
 
-    def __init__(self, redis: aioredis.Redis) -> None:
+
+class TopicRegistry:
+    """Reads are served from a local cache, each entry at most `ttl_s` old: a miss or an
+    older entry is read again (a stale one still answers while Redis does not)."""
+
+    def __init__(self, redis: aioredis.Redis, ttl_s: float = CACHE_TTL_S) -> None:
         self._redis = redis
-        self._cache: dict[str, TopicConfig] = {}
+        self._ttl_s = ttl_s
+        self._cache: dict[str, tuple[TopicConfig, float]] = {}  # name -> (config, read at)
 
     async def get(self, name: str) -> TopicConfig | None:
         found = self._cache.get(name)
-        if found is not None:
-            return found
+        if found is not None and time.monotonic() - found[1] <= self._ttl_s:
+            return found[0]
         try:
             raw = await self._redis.hget(_TOPICS_KEY, name)
         except (RedisError, OSError) as exc:
+            if found is not None:
+                return found[0]
             raise BufferUnavailable(str(exc)) from exc
         if raw is None:
+            self._cache.pop(name, None)
             return None
         config = TopicConfig.from_json(raw)
-        self._cache[name] = config
+        self._cache[name] = (config, time.monotonic())
         return config
 
     async def all(self) -> dict[str, TopicConfig]:
@@ -183,7 +195,8 @@ class TopicRegistry:
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
         topics = {_text(k): TopicConfig.from_json(v) for k, v in raw.items()}
-        self._cache = dict(topics)
+        now = time.monotonic()
+        self._cache = {name: (config, now) for name, config in topics.items()}
         return topics
 
     async def create(self, config: TopicConfig) -> TopicConfig:
@@ -193,7 +206,7 @@ class TopicRegistry:
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
         if created:
-            self._cache[config.name] = config
+            self._cache[config.name] = (config, time.monotonic())
             return config
         self._cache.pop(config.name, None)
         existing = await self.get(config.name)
@@ -205,7 +218,7 @@ class TopicRegistry:
             await self._redis.hset(_TOPICS_KEY, config.name, config.to_json())
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
-        self._cache[config.name] = config
+        self._cache[config.name] = (config, time.monotonic())
 
 
 def _text(value: bytes | str) -> str:

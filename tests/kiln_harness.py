@@ -33,6 +33,11 @@ class RunningKiln:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.app.port}"
 
+    @property
+    def http_url(self) -> str:
+        """Base URL of /metrics, /healthz and /readyz."""
+        return f"http://127.0.0.1:{self.app.http_port}"
+
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
         future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
         return future.result(timeout)
@@ -59,6 +64,10 @@ async def _print_stuck_tasks() -> None:
 
 
 def start_kiln(redis_url: str, kafka_bootstrap: str, **overrides: Any) -> RunningKiln:
+    """Kiln in this process; a fixed 200 ms delay unless the test chooses otherwise."""
     values = {"listen": "127.0.0.1:0", "redis_url": redis_url,
-              "kafka_bootstrap": kafka_bootstrap, "harden_delay_ms": 200, **overrides}
+              "kafka_bootstrap": kafka_bootstrap, "harden_delay_ms": 200,
+              "delay_policy": "fixed",
+              # Port 0: several test Kilns (and test sessions) must not share one HTTP port.
+              "http_listen": "127.0.0.1:0", **overrides}
     return RunningKiln(load_settings(overrides=values, environ={}))

@@ -22,8 +22,10 @@ def record_batch(values: list[bytes], producer: tuple[int, int, int] = (-1, -1, 
 
 
 class RawClient:
-    def __init__(self, bootstrap: str, timeout_s: float = 10) -> None:
+    def __init__(self, bootstrap: str, timeout_s: float = 10, client_id: str = "raw-test"
+                 ) -> None:
         host, _, port = bootstrap.rpartition(":")
+        self.client_id = client_id
         self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
         self._correlation_id = 0
 
@@ -52,7 +54,7 @@ class RawClient:
     def send(self, message: Any, version: int) -> int:
         """Send a request without waiting for its answer; returns its correlation id."""
         self._correlation_id += 1
-        message.with_header(correlation_id=self._correlation_id, client_id="raw-test")
+        message.with_header(correlation_id=self._correlation_id, client_id=self.client_id)
         self.send_frame(bytes(message.encode(version=version, header=True)))
         return self._correlation_id
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import time
 
 from proxy.protocol import apis
 from proxy.protocol.apis import ApiKey, UnsupportedRequest
@@ -19,6 +20,7 @@ from proxy.server.context import KilnContext
 from proxy.server.dispatch import dispatch
 from proxy.server.handlers import api_versions
 from proxy.server.peer import CLIENT_HOST, client_host_of
+from proxy.server.request_metrics import observe_request
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,7 @@ class Connection:
 
     async def serve(self) -> None:
         self._ctx.counters.connections += 1
+        self._ctx.metrics.connection_accepted()
         CLIENT_HOST.set(client_host_of(self._peer))
         sender = asyncio.create_task(self._send_in_order())
         try:
@@ -74,7 +77,10 @@ class Connection:
                 log.warning("closing %s: malformed request (correlation_id=%s): %s",
                             self._peer, exc.correlation_id, exc)
                 return
-            await self._pending.put(await dispatch(self._ctx, request))
+            started = time.perf_counter()
+            answer = await dispatch(self._ctx, request)
+            observe_request(self._ctx.metrics, request, answer, started)
+            await self._pending.put(answer)
 
     async def _answer_unsupported(self, exc: UnsupportedRequest) -> bool:
         """ApiVersions at an unknown version is answered (v0, error 35, our ranges) so the

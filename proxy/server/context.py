@@ -14,6 +14,8 @@ from storage.clock import wall_clock_ms
 from storage.delivery import Delivery
 from storage.groups.coordinator import GroupCoordinator
 from storage.log_queue import LogQueue
+from storage.observability.metrics import KilnMetrics
+from storage.policy.observer import DelayObserver
 from storage.read_through import ColdReader
 
 
@@ -46,6 +48,8 @@ class KilnContext:
     cold: ColdReader  # reads below the log queue from the hardened Kafka topic
     delivery: Delivery
     groups: GroupCoordinator
+    delay: DelayObserver  # told about every append (senders, rates, append times)
     appends: AppendSignals = field(default_factory=AppendSignals)
     clock_ms: Callable[[], int] = wall_clock_ms
     counters: ServerCounters = field(default_factory=ServerCounters)
+    metrics: KilnMetrics = field(default_factory=KilnMetrics)

@@ -69,27 +69,29 @@ async def dispatch(ctx: KilnContext, request: Request) -> asyncio.Future[bytes |
               request.header.request_api_version, request.header.correlation_id,
               request.header.client_id)
     handler, _ = HANDLERS[request.spec.api_key]
-    outcome = await _answer(request, handler(ctx, request))
+    outcome = await _answer(ctx, request, handler(ctx, request))
     if isinstance(outcome, Deferred):
-        return asyncio.ensure_future(_deferred(request, outcome))
+        return asyncio.ensure_future(_deferred(ctx, request, outcome))
     done: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
     done.set_result(outcome)
     return done
 
 
-async def _deferred(request: Request, deferred: Deferred) -> bytes | None:
-    outcome = await _answer(request, deferred.answer)
+async def _deferred(ctx: KilnContext, request: Request, deferred: Deferred) -> bytes | None:
+    outcome = await _answer(ctx, request, deferred.answer)
     assert not isinstance(outcome, Deferred), "a deferred answer cannot defer again"
     return outcome
 
 
-async def _answer(request: Request, work: Awaitable[object]) -> bytes | Deferred | None:
+async def _answer(ctx: KilnContext, request: Request, work: Awaitable[object]
+                  ) -> bytes | Deferred | None:
     try:
         body = await work
         if body is None or isinstance(body, Deferred):
             return body
         return encode_response(request, body)
     except KafkaError as exc:
+        ctx.metrics.failed(exc, "request")
         if not expects_response(request):
             return None
         log.info("%s failed for client %s: %s", request.spec.api_key.name,

@@ -1,24 +1,53 @@
-"""The hardening delay. A fixed delay for now; the adaptive controller replaces it later.
+"""The hardening delay: how long a record waits in the log queue before it is hardened.
 
-I/O-free: the caller passes `now_ms` and gets a decision carrying its binding constraint.
+Two policies answer the same question, I/O-free (the caller passes the time and what it
+observed): `FixedDelay`, a constant, and `AdaptiveDelay` (storage.policy.adaptive), which
+computes it from live signals. Every decision carries its binding constraint: the reason
+the delay is what it is, for metrics and `kiln delay explain`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Protocol
 
 from storage.model import StoredBatch
+
+if TYPE_CHECKING:
+    from storage.policy.adaptive import DelayInputs
+
+
+class Binding(StrEnum):
+    """Why the delay is what it is."""
+
+    FIXED = "fixed"                          # the fixed policy
+    NO_SUBSCRIPTIONS = "no_subscriptions"    # nothing can be delivered: harden at once
+    DELIVERY_LATENCY = "delivery_latency"    # waiting for the observed delivery latency
+    NO_DELIVERY_YET = "no_delivery_yet"      # subscribed, no delivery timed yet: initial wait
+    MAX_DELAY = "max_delay"                  # the configured ceiling
+    MIN_DELAY = "min_delay"                  # the configured floor
+    RISK_BYTES = "risk_bytes"                # acknowledged, unhardened bytes budget
+    RISK_RECORDS = "risk_records"            # acknowledged, unhardened records budget
+    SENDERS = "senders"                      # many senders exposed: sender-seconds budget
+    MEMORY = "memory"                        # the buffer's memory budget
+    GUARANTEE_ACKS = "guarantee_acks"        # producers wait for hardening: ack deadline
+    KAFKA_UNHEALTHY = "kafka_unhealthy"      # hardening fails: hold the last delay
 
 
 @dataclass(frozen=True, slots=True)
 class DelayDecision:
     delay_ms: int
-    binding_constraint: str
+    binding: Binding
 
     def due_before(self, now_ms: int) -> int:
         """Records appended at or before this instant have waited out the delay."""
         return now_ms - self.delay_ms
+
+
+class DelayPolicy(Protocol):
+    def decide(self, inputs: DelayInputs, now_ms: int) -> DelayDecision: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,8 +58,8 @@ class FixedDelay:
         if self.delay_ms < 0:
             raise ValueError(f"harden delay must be >= 0 ms, got {self.delay_ms}")
 
-    def decide(self, now_ms: int) -> DelayDecision:
-        return DelayDecision(self.delay_ms, "fixed")
+    def decide(self, inputs: DelayInputs, now_ms: int) -> DelayDecision:
+        return DelayDecision(self.delay_ms, Binding.FIXED)
 
 
 def due_prefix(batches: Sequence[StoredBatch], due_before_ms: int) -> list[StoredBatch]:

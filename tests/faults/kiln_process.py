@@ -38,6 +38,8 @@ class KilnProcess:
             "--listen", self.bootstrap,
             "--redis-url", redis_url,
             "--kafka-bootstrap", kafka_bootstrap,
+            "--delay-policy", "fixed",
+            "--http-listen", "",
             "--harden-delay-ms", str(harden_delay_ms),
         ]  # fmt: skip
         # No inherited KILN_* setting may change what the flags say.

@@ -44,8 +44,9 @@ def wait_listening(port: int, process: subprocess.Popen[str], timeout_s: float =
 @contextlib.contextmanager
 def kiln_process(*args: str, port: int) -> Iterator[subprocess.Popen[str]]:
     """`kiln ARGS` listening on `port`; killed by PID if the test leaves it running."""
+    # No metrics endpoint: its default port may be taken by another Kiln on this machine.
     process = subprocess.Popen([KILN, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+                               text=True, env={**os.environ, "KILN_HTTP_LISTEN": ""})
     try:
         wait_listening(port, process)
         yield process
@@ -100,8 +101,8 @@ def test_sigterm_hardens_everything_buffered_before_exit(
     redis.Redis.from_url(redis_url).flushdb()
     port = free_port()
     with kiln_process("serve", "--listen", f"127.0.0.1:{port}", "--redis-url", redis_url,
-                      "--kafka-bootstrap", kafka_bootstrap, "--harden-delay-ms", "600000",
-                      port=port) as process:
+                      "--kafka-bootstrap", kafka_bootstrap, "--delay-policy", "fixed",
+                      "--harden-delay-ms", "600000", port=port) as process:
         producer = KafkaProducer(bootstrap_servers=f"127.0.0.1:{port}", acks=1)
         for i in range(50):
             producer.send(unique_topic, value=b"r%d" % i, partition=0)

@@ -7,6 +7,7 @@ import pytest
 from proxy.protocol.errors import ErrorCode, KafkaError
 from storage.budget import budget_decision
 from storage.model import Reliability, StoredBatch
+from storage.policy.adaptive import DelayInputs
 from storage.policy.delay import FixedDelay, due_prefix
 from storage.policy.reliability import AckPoint, ack_point, requested_level
 from storage.topics import (
@@ -55,10 +56,10 @@ def test_reliability_parse_names_the_choices() -> None:
 
 
 def test_fixed_delay_due_instant() -> None:
-    decision = FixedDelay(2_000).decide(now_ms=10_000)
+    decision = FixedDelay(2_000).decide(DelayInputs(has_subscriptions=True), now_ms=10_000)
 
     assert decision.due_before(10_000) == 8_000
-    assert decision.binding_constraint == "fixed"
+    assert decision.binding == "fixed"
 
 
 def test_negative_delay_rejected() -> None:

@@ -11,6 +11,7 @@ from proxy.protocol.apis import CLIENT_APIS, ApiKey, Message, Request
 from proxy.protocol.batch import split_batches
 from proxy.protocol.errors import ErrorCode, KafkaError
 from proxy.server.context import KilnContext
+from proxy.server.peer import CLIENT_HOST
 from proxy.server.reply import Deferred
 from storage.log_queue import AppendRequest
 from storage.model import TopicPartition
@@ -91,7 +92,9 @@ async def handle(ctx: KilnContext, request: Request) -> Message | Deferred | Non
     outcomes: dict[TopicPartition, _Outcome] = {}
     appends, points, total_bytes = await _plan(ctx, request, outcomes)
     throttle_ms = ctx.budget.admit(total_bytes) if appends else 0
-    results = await ctx.queue.append(appends, ctx.clock_ms())
+    now = ctx.clock_ms()
+    results = await ctx.queue.append(appends, now)
+    sender = (request.header.client_id, CLIENT_HOST.get())
     records = 0
     for append, point, result in zip(appends, points, results, strict=True):
         outcome = outcomes[append.tp]
@@ -102,7 +105,10 @@ async def handle(ctx: KilnContext, request: Request) -> Message | Deferred | Non
         outcome.base_offset = result.base_offset
         ctx.appends.appended(append.tp)
         count = sum(b[1] for b in append.batches)
+        size = sum(len(b[0]) for b in append.batches)
         records += count
+        ctx.metrics.appended(append.tp.topic, append.reliability, count, size)
+        ctx.delay.appended(append.tp, sender, count, size, result.base_offset + count, now)
         if point is AckPoint.ON_HARDENED_OR_DELIVERED:
             outcome.wait_for = result.base_offset + count - 1
     ctx.counters.records_in += records

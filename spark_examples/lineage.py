@@ -1,0 +1,53 @@
+"""Kiln's lineage on a hardened record, without Spark: which Kiln offset a record carries.
+
+Kiln gives every record it hardens a `kiln.offset` header: its Kiln offset as 8 bytes,
+big-endian (`proxy/protocol/records.py`). Kiln appends its header after any the producer
+sent, so when several are present the last well-formed one is Kiln's. A record without one
+was written before Kiln adopted the topic; Kiln itself then treats its Kafka offset as its
+Kiln offset (read-through does), and so do these jobs, while counting such records apart.
+
+`pipeline.kiln_offset_column` is the same rule as a Spark expression; the tests check the
+two agree.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+KILN_OFFSET_HEADER = "kiln.offset"
+KILN_OFFSET_BYTES = 8
+
+_INT64 = struct.Struct(">q")
+
+Header = tuple[str, bytes | None]
+
+
+def decode_kiln_offset(value: bytes | None) -> int | None:
+    """The Kiln offset in one `kiln.offset` header value; None unless it is 8 bytes holding
+    a non-negative number (Kiln never writes a negative offset)."""
+    if value is None or len(value) != KILN_OFFSET_BYTES:
+        return None
+    offset = int(_INT64.unpack(value)[0])
+    return offset if offset >= 0 else None
+
+
+def encode_kiln_offset(offset: int) -> bytes:
+    """A `kiln.offset` header value, as Kiln writes it."""
+    return _INT64.pack(offset)
+
+
+def kiln_offset_of(headers: Sequence[Header] | None) -> int | None:
+    """The Kiln offset a record's headers carry: the last well-formed `kiln.offset`."""
+    for key, value in reversed(headers or ()):
+        if key == KILN_OFFSET_HEADER:
+            offset = decode_kiln_offset(value)
+            if offset is not None:
+                return offset
+    return None
+
+
+def lineage_offset(headers: Sequence[Header] | None, kafka_offset: int) -> int:
+    """The Kiln offset of a record, falling back to its Kafka offset when it has no header."""
+    offset = kiln_offset_of(headers)
+    return kafka_offset if offset is None else offset

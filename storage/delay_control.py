@@ -1,0 +1,121 @@
+"""Delay control in the Kiln process: keeps the delay observer's Redis-held amounts fresh
+and publishes every topic's decision, with its inputs, for `kiln delay explain`.
+
+The observer (storage.policy.observer) hears appends, commits and Kafka writes from the
+produce handler, delivery and the hardener as they happen; this task adds, every refresh
+period, what lives in Redis: which topics have durable subscriptions (and a `harden` policy
+under which delivery spares a write), the buffered bytes and records the buffer budget sums
+over all Kiln processes, and the guarantee acks waiting here.
+
+Each process sees its own appends and the commits it coordinates; with several Kiln
+processes each one's rates are a share of the whole, while buffered and at-risk amounts are
+read from Redis and so cover them all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from redis import asyncio as aioredis
+from redis.exceptions import RedisError
+from redis.typing import EncodableT, FieldT
+
+from storage.acks import SettledWaiters
+from storage.budget import BufferBudget
+from storage.catalog import Catalog
+from storage.clock import wall_clock_ms
+from storage.errors import StorageError
+from storage.policy.observer import DelayObserver
+from storage.subscriptions import SubscriptionRegistry
+from storage.tasks import stop_task
+from storage.topics import HardenPolicy
+
+log = logging.getLogger(__name__)
+
+REPORT_KEY_PREFIX = "kiln:delay:"
+_REPORT_TTL_S = 30
+
+
+class DelayControl:
+    def __init__(self, observer: DelayObserver, *, budget: BufferBudget,
+                 waiters: SettledWaiters, catalog: Catalog,
+                 subscriptions: SubscriptionRegistry, redis: aioredis.Redis, node: str,
+                 refresh_s: float = 0.25, publish_s: float = 1.0) -> None:
+        self.observer = observer
+        self._budget = budget
+        self._waiters = waiters
+        self._catalog = catalog
+        self._subscriptions = subscriptions
+        self._redis = redis
+        self._node = node
+        self._refresh_s = refresh_s
+        self._publish_s = publish_s
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="kiln-delay-control")
+
+    async def stop(self) -> None:
+        """Stop, and withdraw this process's reports: it no longer decides anything."""
+        if self._task is not None:
+            await stop_task(self._task)
+        try:
+            await self._redis.delete(REPORT_KEY_PREFIX + self._node)
+        except (RedisError, OSError) as exc:
+            log.debug("cannot withdraw delay reports: %s", exc)
+
+    async def refresh(self) -> None:
+        configs = await self._catalog.all()
+        subscribed = await self._subscriptions.all()
+        observer = self.observer
+        observer.deliverable(frozenset(
+            name for name, config in configs.items()
+            if config.harden is HardenPolicy.NEVER
+            or (config.harden is HardenPolicy.SURVIVORS and subscribed.get(name))
+        ), wall_clock_ms())
+        observer.buffered(self._budget.buffered_bytes, self._budget.buffered_records)
+        observer.pending_acks(self._waiters.pending_by_topic())
+        for name in configs:
+            observer.decision(name, wall_clock_ms())
+
+    async def publish(self) -> None:
+        now = wall_clock_ms()
+        reports: dict[FieldT, EncodableT] = {
+            name: json.dumps({**self.observer.report(name, now), "node": self._node})
+            for name in self.observer.topics}
+        if not reports:
+            return
+        key = REPORT_KEY_PREFIX + self._node
+        try:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.delete(key)
+                pipe.hset(key, mapping=reports)
+                pipe.expire(key, _REPORT_TTL_S)
+                await pipe.execute()
+        except (RedisError, OSError) as exc:
+            log.debug("cannot publish delay reports: %s", exc)
+
+    async def _run(self) -> None:
+        published_at = 0.0
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                await self.refresh()
+            except StorageError as exc:
+                log.debug("delay control refresh failed: %s", exc)
+            if loop.time() - published_at >= self._publish_s:
+                await self.publish()
+                published_at = loop.time()
+            await asyncio.sleep(self._refresh_s)
+
+
+async def read_reports(redis: aioredis.Redis) -> list[dict[str, Any]]:
+    """Every live Kiln process's latest delay report per topic."""
+    reports = []
+    async for key in redis.scan_iter(match=REPORT_KEY_PREFIX + "*", count=100):
+        for raw in (await redis.hgetall(key)).values():
+            reports.append(json.loads(raw))
+    return sorted(reports, key=lambda r: (r["topic"], r["node"]))
