@@ -28,7 +28,8 @@ _COLUMNS = ("topic", "partition", "goal", "start", "written", "dropped", "done")
 
 @click.command()
 @click.argument("topic", required=False)
-@click.option("--timeout", "timeout_s", type=float, default=120.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0), default=120.0,
+              show_default=True,
               help="give up after this many seconds")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 @store_options
@@ -47,7 +48,8 @@ def flush(topic: str | None, timeout_s: float, as_json: bool, config_file: Path 
 
 
 @click.command()
-@click.option("--timeout", "timeout_s", type=float, default=300.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0), default=300.0,
+              show_default=True,
               help="give up waiting after this many seconds")
 @store_options
 def drain(timeout_s: float, config_file: Path | None, redis_url: str | None) -> None:

@@ -20,7 +20,7 @@ import logging
 from typing import Any
 
 from redis import asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 from redis.typing import EncodableT, FieldT
 
 from storage.acks import SettledWaiters
@@ -116,6 +116,15 @@ async def read_reports(redis: aioredis.Redis) -> list[dict[str, Any]]:
     """Every live Kiln process's latest delay report per topic."""
     reports = []
     async for key in redis.scan_iter(match=REPORT_KEY_PREFIX + "*", count=100):
-        for raw in (await redis.hgetall(key)).values():
-            reports.append(json.loads(raw))
+        try:
+            entries = await redis.hgetall(key)
+        except ResponseError:
+            continue  # a key of another type under Kiln's prefix
+        for raw in entries.values():
+            try:
+                report = json.loads(raw)
+            except ValueError:
+                continue  # not a report Kiln wrote
+            if isinstance(report, dict) and {"topic", "node", "at_ms"} <= report.keys():
+                reports.append(report)
     return sorted(reports, key=lambda r: (r["topic"], r["node"]))

@@ -28,10 +28,14 @@ def _field(tp: TopicPartition) -> str:
     return f"{tp.partition}/{tp.topic}"
 
 
-def _parse_field(raw: bytes | str) -> TopicPartition:
-    text = raw.decode() if isinstance(raw, bytes) else raw
+def _parse_request(field: bytes | str, goal: bytes | str) -> tuple[TopicPartition, int] | None:
+    """A flush request, or None when the entry is not one (written by hand, say)."""
+    text = field.decode(errors="replace") if isinstance(field, bytes) else field
     partition, _, topic = text.partition("/")
-    return TopicPartition(topic, int(partition))
+    try:
+        return TopicPartition(topic, int(partition)), int(goal)
+    except ValueError:
+        return None
 
 
 async def request_flush(redis: aioredis.Redis, goals: Mapping[TopicPartition, int]) -> None:
@@ -50,7 +54,8 @@ async def flush_requests(redis: aioredis.Redis) -> dict[TopicPartition, int]:
         raw = await redis.hgetall(FLUSH_KEY)
     except (RedisError, OSError) as exc:
         raise BufferUnavailable(str(exc)) from exc
-    return {_parse_field(field): int(goal) for field, goal in raw.items()}
+    requests = (_parse_request(field, goal) for field, goal in raw.items())
+    return dict(request for request in requests if request is not None)
 
 
 async def clear_flush(redis: aioredis.Redis, tps: list[TopicPartition]) -> None:
@@ -76,4 +81,7 @@ async def drain_requested(redis: aioredis.Redis, started_ms: int) -> bool:
         raw = await redis.get(DRAIN_KEY)
     except (RedisError, OSError) as exc:
         raise BufferUnavailable(str(exc)) from exc
-    return raw is not None and int(raw) >= started_ms
+    try:
+        return raw is not None and int(raw) >= started_ms
+    except ValueError:
+        return False  # not a request time: not a request

@@ -13,6 +13,7 @@ from kafka import KafkaProducer
 
 from cli.local_services import free_port
 from cli.main import main
+from storage.operator_requests import drain_requested
 from tests.integration.test_cli import kiln_process
 from tests.integration.test_produce_harden import read_hardened
 from tests.kiln_harness import RunningKiln, start_kiln
@@ -96,6 +97,41 @@ def test_flush_without_a_running_kiln_says_so(redis_url: str, kafka_bootstrap: s
 
     assert result.exit_code == 1
     assert "no Kiln process is running" in result.output
+
+
+def test_garbage_under_kiln_keys_is_ignored_not_fatal(
+        slow_kiln: RunningKiln, kafka_bootstrap: str, redis_url: str, unique_topic: str) -> None:
+    # Given hand-written junk where Kiln keeps operator requests and delay reports
+    client = redis.Redis.from_url(redis_url)
+    client.hset("kiln:flush", mapping={"x/oops": "1", "0/some-topic": "not-a-number"})
+    client.set("kiln:drain", "yesterday")
+    client.hset("kiln:delay:intruder", mapping={"t": "{not json", "u": "[1, 2]"})
+    client.set("kiln:delay:string-key", "junk")
+    produce(slow_kiln.bootstrap, unique_topic, 0, [b"g%d" % i for i in range(5)])
+    wait_for_reports(redis_url)
+    time.sleep(1.5)  # a hardener topic scan and a drain check have read the junk
+
+    # When an operator asks for the delay and a flush
+    runner = CliRunner()
+    explained = runner.invoke(main, ["delay", "explain", unique_topic, "--json",
+                                     "--redis-url", redis_url])
+    flushed = runner.invoke(main, ["flush", unique_topic, "--json", "--timeout", "30",
+                                   "--redis-url", redis_url])
+
+    # Then both work, the hardener still hardens, and the junk is no drain request
+    assert explained.exit_code == 0, explained.output
+    assert [r["topic"] for r in json.loads(explained.stdout)] == [unique_topic]
+    assert flushed.exit_code == 0, flushed.output
+    assert [r.value for r in read_hardened(kafka_bootstrap, unique_topic, 0, 5)] == [
+        b"g%d" % i for i in range(5)]
+    assert slow_kiln.call(drain_requested(slow_kiln.app.queue.redis, started_ms=0)) is False
+
+
+def test_flush_refuses_a_negative_timeout(redis_url: str) -> None:
+    result = CliRunner().invoke(main, ["flush", "--timeout", "-1", "--redis-url", redis_url])
+
+    assert result.exit_code == 2
+    assert "--timeout" in result.output
 
 
 @pytest.mark.timeout(120)
