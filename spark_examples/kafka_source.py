@@ -21,9 +21,9 @@ they run (`pip install` of this project, or `--py-files` with spark-submit).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import accumulate
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -74,6 +74,7 @@ from spark_examples.record_sets import RecordColumns
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 SOURCE_NAME = "kiln-kafka"
 
 
@@ -160,25 +161,24 @@ class _RangeReader:
             self._wire.close()
             self._wire = None
 
-    def _ask(self, action: Any, what: str) -> Any:
+    def _ask(self, action: Callable[[], T], what: str) -> T:
         """An offset lookup on the driver, retried as fetchOffset.numRetries says."""
         return with_retries(action, attempts=self.options.offset_fetch_attempts,
                             interval_s=self.options.offset_retry_interval_ms / 1000, what=what)
 
     def current_partitions(self) -> list[TopicPartition]:
-        return list(self._ask(lambda: self.wire().partitions(self.options.subscription),
-                              "metadata"))
+        return self._ask(lambda: self.wire().partitions(self.options.subscription), "metadata")
 
     def earliest(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         if not tps:
             return {}
-        return dict(self._ask(lambda: self.wire().earliest_offsets(tps), "earliest offsets"))
+        return self._ask(lambda: self.wire().earliest_offsets(tps), "earliest offsets")
 
     def ends(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         if not tps:
             return {}
-        return dict(self._ask(lambda: self.wire().end_offsets(tps, self.options.read_committed),
-                              "end offsets"))
+        return self._ask(lambda: self.wire().end_offsets(tps, self.options.read_committed),
+                         "end offsets")
 
     def resolve(self, spec: str | dict[TopicPartition, int], tps: Sequence[TopicPartition],
                 name: str) -> dict[TopicPartition, int]:

@@ -47,7 +47,7 @@ def with_lineage(raw: DataFrame) -> DataFrame:
     )
 
 
-def drop_duplicate_lineage(records: DataFrame, horizon: str = "1 hour") -> DataFrame:
+def drop_duplicate_lineage(records: DataFrame, horizon: str = "10 minutes") -> DataFrame:
     """Each Kiln record once. In a stream, a copy is recognised if it is read within
     `horizon` of the first (a watermark on the time each micro-batch is read, which Spark
     keeps in its offset log so a replayed batch sees the same time); unlike a watermark on

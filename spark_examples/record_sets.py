@@ -20,7 +20,9 @@ _LOG_OVERHEAD = 12  # base offset and batch length precede what the length count
 _LENGTH_AT = 8
 _MAGIC_AT = 16
 _HEADER_SIZE = 61
+_LAST_OFFSET_DELTA_AT = 23
 _LENGTH = struct.Struct(">i")
+_BASE_OFFSET = struct.Struct(">q")
 _CONTROL_KEY = struct.Struct(">hh")  # version, type
 _ABORT_MARKER = 0
 
@@ -68,6 +70,18 @@ def whole_batches(record_set: bytes | memoryview) -> list[memoryview]:
         out.append(view[pos:pos + size])
         pos += size
     return out
+
+
+def record_set_end(record_set: bytes | memoryview) -> int | None:
+    """The offset after the last whole v2 batch of a record set (None if it holds none):
+    where the next fetch starts, found from the batch headers alone."""
+    end = None
+    for view in whole_batches(record_set):
+        if len(view) < _HEADER_SIZE or view[_MAGIC_AT] != 2:
+            return None  # decode_into says what is wrong with it
+        base = _BASE_OFFSET.unpack_from(view, 0)[0]
+        end = base + _LENGTH.unpack_from(view, _LAST_OFFSET_DELTA_AT)[0] + 1
+    return end
 
 
 def decode_into(columns: RecordColumns, record_set: bytes | memoryview, *, from_offset: int,

@@ -19,18 +19,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Literal
 
 import pyspark
-from pyspark import SparkConf
+from pyspark import SparkConf, SparkContext
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.readwriter import DataStreamReader
-
-from spark_examples.kafka_source import SOURCE_NAME, KafkaCompatibleSource
 
 log = logging.getLogger(__name__)
 
 ReaderChoice = Literal["auto", "kafka", "kiln"]
 KAFKA_FORMAT = "kafka"
-KILN_FORMAT = SOURCE_NAME
+KILN_FORMAT = "kiln-kafka"  # kafka_source.SOURCE_NAME
 CONNECTOR_MISSING = "KAFKA_DATA_SOURCE_NOT_ENABLED"
 FALLBACK_MESSAGE = ("using Kiln's compatible Kafka reader: the spark-sql-kafka connector is "
                     "not on the classpath")
@@ -45,14 +43,17 @@ def build_session(app_name: str, *, master: str | None = None,
                   conf: Mapping[str, str] | None = None) -> SparkSession:
     """A SparkSession (the running one under spark-submit). Windows are computed in UTC.
 
-    For a local master, Spark's Python workers default to this interpreter: Spark starts
-    them with $PYSPARK_PYTHON, else with whatever `python3` is on PATH, which often lacks
-    pyarrow and this package. On a cluster that is left to the deployment.
+    Without `master`, a plain `python` run is local (`local[*]`) and a spark-submit run has
+    the master it was submitted with. For a local master, Spark's Python workers default to
+    this interpreter (Spark starts them with $PYSPARK_PYTHON, else with whatever `python3`
+    is on PATH, which often lacks pyarrow and this package) and the driver listens on
+    127.0.0.1. On a cluster both are left to the deployment.
     """
-    effective = master or SparkConf().get("spark.master", "local[*]") or "local[*]"
+    submitted = _submitted_master()
+    effective = master or submitted or "local[*]"
     builder = SparkSession.builder.appName(app_name)
-    if master:
-        builder = builder.master(master)
+    if master or submitted is None:
+        builder = builder.master(effective)
     settings = {"spark.sql.session.timeZone": "UTC"}
     if effective.startswith("local"):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -62,6 +63,20 @@ def build_session(app_name: str, *, master: str | None = None,
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def _submitted_master() -> str | None:
+    """The master spark-submit gave this driver; None when no spark-submit started it.
+
+    Under spark-submit the JVM is already running (it started this process and said where
+    in PYSPARK_GATEWAY_PORT), so its configuration can be read. Otherwise nothing may touch
+    the JVM yet: launching it now would drop settings such as spark.driver.memory or
+    spark.jars.packages that only count at launch."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return None
+    SparkContext._ensure_initialized()
+    master: str | None = SparkConf().get("spark.master", None)
+    return master
 
 
 @contextlib.contextmanager
@@ -108,6 +123,11 @@ def choose_reader(spark: SparkSession, preference: ReaderChoice = "auto") -> str
 
 
 def register_compatible_reader(spark: SparkSession) -> None:
+    # Imported only now: with Spark's own connector the jobs need neither kafka-python nor
+    # aiokafka on the driver.
+    from spark_examples.kafka_source import KafkaCompatibleSource
+
+    assert KafkaCompatibleSource.name() == KILN_FORMAT
     spark.dataSource.register(KafkaCompatibleSource)
 
 

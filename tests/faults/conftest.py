@@ -6,10 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
-from cli.local_services import free_port
-from tests.faults.kiln_process import KilnProcess
+from tests.faults.kiln_process import KilnProcess, fresh_kiln_process
 
 # Short, so kills land both before and after hardening writes.
 HARDEN_DELAY_MS = 200
@@ -20,13 +18,9 @@ def kiln_process(redis_url: str, kafka_bootstrap: str, tmp_path: Path
                  ) -> Iterator[KilnProcess]:
     """`kiln serve` as a child process on a free port (not started yet), with an empty
     Redis; killed in the end whatever happened."""
-    redis.Redis.from_url(redis_url).flushdb()
-    process = KilnProcess(free_port(), redis_url, kafka_bootstrap, HARDEN_DELAY_MS,
-                          tmp_path / "kiln.log")
-    try:
+    with fresh_kiln_process(redis_url, kafka_bootstrap, tmp_path / "kiln.log",
+                            HARDEN_DELAY_MS) as process:
         yield process
-    finally:
-        process.stop()
 
 
 @pytest.fixture

@@ -3,16 +3,20 @@ again on the same port, as an operator's supervisor would."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from cli.local_services import kafka_broker_answers
+import redis
+
+from cli.local_services import free_port, kafka_broker_answers
 
 
 def kiln_executable() -> str:
@@ -116,3 +120,16 @@ class KilnProcess:
 
     def log_tail(self, limit: int = 4000) -> str:
         return self.current_log()[-limit:]
+
+
+@contextlib.contextmanager
+def fresh_kiln_process(redis_url: str, kafka_bootstrap: str, log_path: Path,
+                       harden_delay_ms: int) -> Iterator[KilnProcess]:
+    """`kiln serve` as a child process on a free port (not started yet), with an empty
+    Redis; killed in the end whatever happened."""
+    redis.Redis.from_url(redis_url).flushdb()
+    process = KilnProcess(free_port(), redis_url, kafka_bootstrap, harden_delay_ms, log_path)
+    try:
+        yield process
+    finally:
+        process.stop()

@@ -76,13 +76,13 @@ class Deliveries:
     """Delivery reports by sequence number (written from librdkafka callbacks)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
         self.acked: dict[int, int] = {}  # seq -> offset the producer was given
         self.failed: dict[int, str] = {}
 
     def callback(self, seq: int) -> Callable[[Any, Any], None]:
         def on_delivery(err: Any, msg: Any) -> None:
-            with self._lock:
+            with self.lock:
                 if err is None:
                     self.acked[seq] = msg.offset()
                 else:
@@ -90,7 +90,7 @@ class Deliveries:
         return on_delivery
 
     def counts(self) -> tuple[int, int]:
-        with self._lock:
+        with self.lock:
             return len(self.acked), len(self.failed)
 
 
@@ -98,8 +98,9 @@ class ProducerLoop(threading.Thread):
     """A confluent-kafka producer sending value_of(0), value_of(1), ... to partition 0 at
     about `rate` records/s until stop(), then flushing."""
 
-    def __init__(self, config: dict[str, Any], topic: str, rate: int = 1000) -> None:
-        super().__init__(name="fault-producer", daemon=True)
+    def __init__(self, config: dict[str, Any], topic: str, rate: int = 1000,
+                 name: str = "fault-producer") -> None:
+        super().__init__(name=name, daemon=True)
         self.producer = confluent_kafka.Producer(config)
         self.topic = topic
         self.rate = rate
@@ -125,21 +126,25 @@ class ProducerLoop(threading.Thread):
     def _produce(self, seq: int) -> None:
         while True:
             try:
-                self.producer.produce(self.topic, value=value_of(seq), partition=0,
-                                      on_delivery=self.deliveries.callback(seq))
+                self._send(seq, self.deliveries.callback(seq))
                 return
             except BufferError:
                 self.producer.poll(0.05)
 
+    def _send(self, seq: int, on_delivery: Callable[[Any, Any], None]) -> None:
+        """Record `seq`; subclasses choose its key, partition and timestamp."""
+        self.producer.produce(self.topic, value=value_of(seq), partition=0,
+                              on_delivery=on_delivery)
+
     def wait_for_acks(self, at_least: int, timeout_s: float, fail_fast: bool = False) -> bool:
         """Wait until `at_least` records were acknowledged; False on timeout (or, with
-        fail_fast, as soon as a delivery fails)."""
+        fail_fast, as soon as a delivery fails; or when the send loop died)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             acked, failed = self.deliveries.counts()
             if acked >= at_least:
                 return True
-            if failed and fail_fast:
+            if (failed and fail_fast) or self.error is not None:
                 return False
             time.sleep(0.05)
         return False
