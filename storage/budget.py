@@ -14,6 +14,7 @@ from storage.catalog import Catalog
 from storage.errors import BufferFull, StorageError
 from storage.log_queue import LogQueue
 from storage.model import TopicPartition
+from storage.policy.adaptive import BUFFER_THROTTLE_FROM
 from storage.tasks import stop_task
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,8 @@ class BudgetDecision:
 
 
 def budget_decision(buffered_bytes: int, budget_bytes: int, incoming_bytes: int,
-                    throttle_from: float = 0.8, max_throttle_ms: int = 1000) -> BudgetDecision:
+                    throttle_from: float = BUFFER_THROTTLE_FROM,
+                    max_throttle_ms: int = 1000) -> BudgetDecision:
     """Throttle producers as the buffer fills past `throttle_from`, refuse past the budget."""
     if budget_bytes <= 0:
         return BudgetDecision(0, False)

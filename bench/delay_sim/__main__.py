@@ -107,7 +107,6 @@ def main(argv: list[str] | None = None) -> int:
             "topics": [asdict(t) for t in w.topics],
             "runs": summaries,
             "verdict": workload_verdict(summaries),
-            "verdict_unthrottled": workload_verdict(summaries, "within_budgets_unthrottled"),
         }
         if can_plot:
             path = plots.plot_workload(w, runs, summaries, out_dir)

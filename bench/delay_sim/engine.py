@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 from bench.delay_sim.model import Subscription, Topic, Workload, in_windows
 from storage.model import TopicPartition
+from storage.policy.adaptive import BUFFER_THROTTLE_FROM
 from storage.policy.observer import DelayObserver
 
 IDLE_MS = 1_000                  # HardenerSettings.lease_ms / 4: the longest idle wait
@@ -44,16 +45,16 @@ READ_LIMIT_BYTES = 16 * 1024 * 1024  # HardenerSettings.read_limit_bytes
 REFRESH_MS = 250                 # BufferBudget and DelayControl refresh periods
 MAX_BACKOFF_MS = 5_000
 SAMPLE_MS = 1_000                # resolution of the time series kept for plots
-THROTTLE_FROM = 0.8              # storage.budget: producers are throttled past this fill
 
 
 @dataclass(frozen=True, slots=True)
 class Policy:
     name: str
     fixed_delay_ms: int | None = None  # None: adaptive
-    # The adaptive policy with another DelayLimits.headroom (same budgets): for comparison,
-    # never counted in the targets.
+    # The adaptive policy with another DelayLimits.headroom or memory_headroom (same
+    # budgets): for comparison, never counted in the targets.
     headroom: float | None = None
+    memory_headroom: float | None = None
 
     @staticmethod
     def all() -> tuple[Policy, ...]:
@@ -62,7 +63,9 @@ class Policy:
 
     @staticmethod
     def extras() -> tuple[Policy, ...]:
-        return (Policy("adaptive headroom 0.8", headroom=0.8),)
+        return (Policy("adaptive headroom 0.8", headroom=0.8),
+                Policy("adaptive memory headroom 0.5", memory_headroom=0.5),
+                Policy("adaptive memory headroom 0.9", memory_headroom=0.9))
 
 
 def _ms_label(ms: int) -> str:
@@ -201,6 +204,8 @@ class Simulation:
         limits = workload.limits
         if policy.headroom is not None:
             limits = dataclasses.replace(limits, headroom=policy.headroom)
+        if policy.memory_headroom is not None:
+            limits = dataclasses.replace(limits, memory_headroom=policy.memory_headroom)
         self.observer = DelayObserver(limits, fixed_delay_ms=policy.fixed_delay_ms)
         self.topics = [self._topic_state(t) for t in workload.topics]
         self._writes: list[tuple[int, int, _Partition, _Topic]] = []
@@ -496,7 +501,7 @@ class Simulation:
         self.at_risk_records.add(risk_records, healthy, producing)
         self.buffer_bytes.add(buffered, healthy, producing)
         self.sender_seconds.add(worst_sender_s, healthy, producing)
-        if buffered > THROTTLE_FROM * self.workload.limits.memory_budget_bytes:
+        if buffered > BUFFER_THROTTLE_FROM * self.workload.limits.memory_budget_bytes:
             self.throttled_ms += self.workload.step_ms
         self._second_risk = max(self._second_risk, risk_bytes)
         self._second_buffer = max(self._second_buffer, buffered)

@@ -9,6 +9,7 @@ from typing import Any
 
 from bench.delay_sim.engine import RunResult
 from bench.delay_sim.model import Workload
+from storage.policy.adaptive import BUFFER_THROTTLE_FROM
 
 MIB = 1024 * 1024
 
@@ -50,10 +51,11 @@ def plot_workload(workload: Workload, runs: Sequence[RunResult],
     risk_line = ax_risk.axhline(limits.risk_budget_bytes / MIB, color="red", linestyle="--",
                                 label="risk budget")
     ax_risk.set_title("at-risk bytes (MiB): acknowledged, not hardened nor delivered")
-    memory_line = ax_buffer.axhline(limits.memory_budget_bytes / MIB, color="red",
-                                    linestyle="--", label="memory budget")
-    ax_buffer.axhline(0.8 * limits.memory_budget_bytes / MIB, color="red", linestyle=":",
-                      linewidth=0.8, label="producers throttled above")
+    memory_line = ax_buffer.axhline(BUFFER_THROTTLE_FROM * limits.memory_budget_bytes / MIB,
+                                    color="red", linestyle="--",
+                                    label="producers throttled above (budget kept below)")
+    ax_buffer.axhline(limits.memory_budget_bytes / MIB, color="red", linestyle=":",
+                      linewidth=0.8, label="memory budget: producers refused")
     ax_buffer.set_title("buffer memory (MiB)")
     for ax in (ax_delay, ax_risk, ax_buffer):
         ax.set_xlabel("virtual time (s)")

@@ -3,12 +3,13 @@ per fixed delay, the JSON document and the table."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from bench.delay_sim.engine import RunResult
 from bench.delay_sim.model import Workload
+from storage.policy.adaptive import BUFFER_THROTTLE_FROM
 
 MIB = 1024 * 1024
 # The adaptive policy may write at most this many times the records of the best fixed
@@ -28,12 +29,19 @@ class Budget:
 
 
 def budgets(run: RunResult, workload: Workload) -> list[Budget]:
+    """Each budget with its peak while Kafka is healthy. The risk budgets are promises about
+    exposure: kept while the peak stays within them. The memory budget is a wall Kiln
+    enforces itself: producers are throttled once the buffer passes 80 % of it
+    (storage.budget) and refused at 100 %. The simulated producers do not slow down when
+    throttled, so a run that passes the throttle line shows savings Kiln would have made
+    by pushing its producers back: the memory budget is kept only below that line."""
     limits = workload.limits
     return [
         Budget("risk_bytes", run.at_risk_bytes.healthy_peak, limits.risk_budget_bytes),
         Budget("risk_records", run.at_risk_records.healthy_peak, limits.risk_budget_records),
         Budget("sender_seconds", run.sender_seconds.healthy_peak, limits.sender_budget_s),
-        Budget("memory", run.buffer_bytes.healthy_peak, limits.memory_budget_bytes),
+        Budget("memory", run.buffer_bytes.healthy_peak,
+               limits.memory_budget_bytes * BUFFER_THROTTLE_FROM),
     ]
 
 
@@ -82,9 +90,6 @@ def run_summary(run: RunResult, workload: Workload) -> dict[str, Any]:
         "budgets_kept": {b.name: b.kept for b in kept},
         "budget_use": {b.name: round(b.peak / b.limit, 4) for b in kept},
         "within_budgets": all(b.kept for b in kept),
-        # Kiln throttles producers once the buffer is 80 % full (storage.budget): the
-        # stricter reading of "within the memory budget".
-        "within_budgets_unthrottled": all(b.kept for b in kept) and run.throttled_ms == 0,
         "binding_share": run.binding_share if run.fixed_delay_ms is None else {},
         "decisions": run.decisions,
         "appends": run.appends,
@@ -92,11 +97,10 @@ def run_summary(run: RunResult, workload: Workload) -> dict[str, Any]:
     }
 
 
-def workload_verdict(summaries: Sequence[dict[str, Any]], key: str = "within_budgets"
-                     ) -> dict[str, Any]:
+def workload_verdict(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The first target on one workload: the adaptive policy keeps its budgets and writes no
-    more than 1.05x the records of the best fixed delay that keeps them too (`key`: which
-    reading of "keeps its budgets")."""
+    more than 1.05x the records of the best fixed delay that keeps them too."""
+    key = "within_budgets"
     adaptive = next((s for s in summaries if s["policy"] == "adaptive"), None)
     fixed = [s for s in summaries if s["fixed_delay_ms"] is not None]
     within = [s for s in fixed if s[key]]
@@ -121,7 +125,7 @@ def workload_verdict(summaries: Sequence[dict[str, Any]], key: str = "within_bud
     return out
 
 
-def fixed_verdicts(by_workload: dict[str, Sequence[dict[str, Any]]]) -> dict[str, Any]:
+def fixed_verdicts(by_workload: Mapping[str, Sequence[dict[str, Any]]]) -> dict[str, Any]:
     """The second target: every fixed delay breaks a budget, or writes more than 1.05x the
     adaptive policy's records, on at least one workload."""
     out: dict[str, Any] = {}
@@ -142,7 +146,8 @@ def fixed_verdicts(by_workload: dict[str, Sequence[dict[str, Any]]]) -> dict[str
 
 def table(document: dict[str, Any]) -> str:
     head = ("| workload | policy | written | at-risk peak / mean MiB | at-risk records peak | "
-            "buffer peak / mean MiB | sender-s peak | ack p50 / p99 ms | budgets |")
+            "buffer peak / mean MiB (of the throttle line) | sender-s peak | ack p50 / p99 ms "
+            "| budgets |")
     lines = [head, "|" + "---|" * 9]
     for w in document["workloads"]:
         limits = w["budgets"]
@@ -159,7 +164,7 @@ def table(document: dict[str, Any]) -> str:
                 f"(of {limits['risk_budget_records']:,}) | "
                 f"{s['buffer_bytes']['peak_kafka_healthy'] / MIB:.1f} / "
                 f"{s['buffer_bytes']['mean'] / MIB:.1f} "
-                f"(of {limits['memory_budget_bytes'] / MIB:.0f}"
+                f"(of {limits['memory_budget_bytes'] * BUFFER_THROTTLE_FROM / MIB:.1f}"
                 f"{_throttled(s['throttled_s'])}) | "
                 f"{s['sender_seconds']['peak_kafka_healthy']:,.0f} "
                 f"(of {limits['sender_budget_s']:,.0f}) | {ack} | "
@@ -181,14 +186,6 @@ def targets_text(document: dict[str, Any]) -> str:
             f"best fixed within budgets: {v['best_fixed_within_budgets']}; "
             f"written adaptive/best: {'-' if ratio is None else f'{ratio:.3f}'} "
             f"-> {'met' if v.get('met') else 'NOT MET'}")
-        strict = w.get("verdict_unthrottled")
-        if strict and strict.get("met") != v.get("met"):
-            ratio = strict.get("write_ratio")
-            lines.append(
-                f"  {'':16} (counting producer throttling, buffer > 80 %, as breaking the "
-                f"memory budget: best fixed {strict['best_fixed_within_budgets']}, written "
-                f"adaptive/best {'-' if ratio is None else f'{ratio:.3f}'} -> "
-                f"{'met' if strict.get('met') else 'NOT MET'})")
     for policy, entry in document["fixed_policies"].items():
         lines.append(
             f"  {policy:16} breaks a budget on: {', '.join(entry['breaks_budget_on']) or '-'}; "
@@ -197,7 +194,8 @@ def targets_text(document: dict[str, Any]) -> str:
     cost = document.get("decision_cost")
     if cost:
         lines.append(
-            f"  decision cost: decision() {cost['decision_us']:.2f} us, appended() "
+            f"  decision cost: decision() {cost['decision_us']:.2f} us alone, "
+            f"{cost['decision_after_append_us']:.2f} us after an append; appended() "
             f"{cost['appended_us']:.2f} us, delivered() {cost['delivered_us']:.2f} us per call "
             f"(target <= {cost['target_us']} us) -> {'met' if cost['met'] else 'NOT MET'}")
     lines.append(f"  all targets met: {document['all_targets_met']}")

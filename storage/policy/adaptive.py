@@ -16,11 +16,21 @@ That wish is then capped, each cap named so the binding one can be reported:
   catches what a rate estimate misses (a burst, a slow Kafka);
 - the sender-seconds budget: a crash exposes every sender of the last `d`; more senders,
   shorter delay (never longer);
-- the memory budget, as the risk budget but over everything buffered;
+- the memory budget, as the risk budget but over everything buffered, and measured against
+  the line where storage.budget starts throttling producers rather than against the whole
+  budget: past that line the delay would be paid for by producers. Nothing but this cap
+  keeps the risk budget, so its steady state leaves half of it for what the rate estimate
+  misses; memory past the line is pushed back by Kiln itself (throttled, then refused), so
+  the memory cap may run closer to its line (`memory_headroom`);
 - pending guarantee acks: producers wait on hardening, so no longer than `max_ack_delay`.
 
 The result is floored at `min_delay`. While Kafka fails, shortening the delay hardens
 nothing sooner, and lengthening it would let the risk grow: the last healthy delay is held.
+
+The decision is split in two so that the observer can reuse the costly half: `ceiling()`,
+the smallest cap, depends on rates and amounts that move with appends and refreshes;
+`settle()`, the wanted delay against that ceiling, depends on the clock (the oldest
+undelivered record keeps waiting) and runs on every decision.
 """
 
 from __future__ import annotations
@@ -28,6 +38,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from storage.policy.delay import Binding, DelayDecision
+
+# storage.budget throttles producers once the buffer holds this share of its budget (and
+# refuses them at the whole budget); the memory cap keeps below it.
+BUFFER_THROTTLE_FROM = 0.8
+_INF = float("inf")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +57,13 @@ class DelayLimits:
     sender_budget_s: float = 600.0
     memory_budget_bytes: int = 512 * 1024 * 1024
     max_ack_delay_ms: int = 10_000
-    # Share of each budget the steady state may use; the rest absorbs bursts.
+    # Share of each risk budget the steady state may use; the rest absorbs bursts.
     headroom: float = 0.5
+    # Share of the memory below the throttle line the steady state may use. More than
+    # `headroom`: an overshoot past the line is pushed back by Kiln's own throttle, while
+    # nothing but these caps keeps the risk budget. The rest absorbs the growth of the
+    # buffer while the short rate window catches up with a rise in ingress.
+    memory_headroom: float = 0.8
     # The wanted delay: latency * margin + margin_ms.
     latency_margin: float = 1.25
     latency_margin_ms: int = 100
@@ -59,8 +79,9 @@ class DelayLimits:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.sender_budget_s <= 0:
             raise ValueError(f"sender_budget_s must be > 0, got {self.sender_budget_s}")
-        if not 0 < self.headroom <= 1:
-            raise ValueError(f"headroom must be in (0, 1], got {self.headroom}")
+        for name in ("headroom", "memory_headroom"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be in (0, 1], got {getattr(self, name)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,28 +119,50 @@ def _budget_cap_ms(budget: float, used: float, per_second: float, headroom: floa
 class AdaptiveDelay:
     """One topic's controller; it remembers only its last healthy decision."""
 
-    __slots__ = ("_held", "limits")
+    __slots__ = (
+        "_bytes_shrink",
+        "_bytes_steady",
+        "_held",
+        "_memory_line",
+        "_memory_shrink",
+        "_memory_steady",
+        "_records_shrink",
+        "_records_steady",
+        "limits",
+    )
 
     def __init__(self, limits: DelayLimits) -> None:
         self.limits = limits
+        self._memory_line = limits.memory_budget_bytes * BUFFER_THROTTLE_FROM
+        # `_budget_cap_ms`'s terms that depend on the limits only, for `ceiling()`.
+        self._bytes_steady = limits.headroom * limits.risk_budget_bytes
+        self._records_steady = limits.headroom * limits.risk_budget_records
+        self._memory_steady = limits.memory_headroom * self._memory_line
+        self._bytes_shrink = self._records_shrink = 1.0 - limits.headroom
+        self._memory_shrink = 1.0 - limits.memory_headroom
         self._held: DelayDecision | None = None
 
     def decide(self, inputs: DelayInputs, now_ms: int) -> DelayDecision:
         if not inputs.kafka_healthy:
-            held = self._held.delay_ms if self._held is not None else self.limits.max_delay_ms
-            return DelayDecision(held, Binding.KAFKA_UNHEALTHY)
-        delay, binding = self._binding_cap(inputs)
-        if delay < self.limits.min_delay_ms:
-            delay, binding = self.limits.min_delay_ms, Binding.MIN_DELAY
-        last = self._held
-        if last is None or last.delay_ms != int(delay) or last.binding is not binding:
-            self._held = last = DelayDecision(int(delay), binding)
-        return last
+            return self.held()
+        ceiling, binding = self.ceiling(
+            inputs.senders, inputs.bytes_per_s, inputs.records_per_s, inputs.at_risk_bytes,
+            inputs.at_risk_records, inputs.buffered_bytes, inputs.pending_acks,
+            inputs.kafka_write_ms)
+        return self.settle(inputs.has_subscriptions, inputs.delivery_latency_ms,
+                           inputs.undelivered_wait_ms, ceiling, binding)
+
+    def held(self) -> DelayDecision:
+        """While Kafka fails: the last healthy delay (max_delay before any)."""
+        held = self._held.delay_ms if self._held is not None else self.limits.max_delay_ms
+        return DelayDecision(held, Binding.KAFKA_UNHEALTHY)
 
     def candidates(self, inputs: DelayInputs) -> list[tuple[float, Binding]]:
         """The wanted delay and every cap on it, each with its name (for explanations)."""
         limits = self.limits
-        out = [self._wanted(inputs), (float(limits.max_delay_ms), Binding.MAX_DELAY)]
+        out = [self._wanted(inputs.has_subscriptions, inputs.delivery_latency_ms,
+                            inputs.undelivered_wait_ms),
+               (float(limits.max_delay_ms), Binding.MAX_DELAY)]
         write_ms = inputs.kafka_write_ms
         out.append((_budget_cap_ms(limits.risk_budget_bytes, inputs.at_risk_bytes,
                                    inputs.bytes_per_s, limits.headroom, write_ms),
@@ -129,52 +172,119 @@ class AdaptiveDelay:
                     Binding.RISK_RECORDS))
         if inputs.senders > 0:
             out.append((limits.sender_budget_s * 1000 / inputs.senders, Binding.SENDERS))
-        out.append((_budget_cap_ms(limits.memory_budget_bytes, inputs.buffered_bytes,
-                                   inputs.bytes_per_s, limits.headroom, write_ms),
+        out.append((_budget_cap_ms(self._memory_line, inputs.buffered_bytes,
+                                   inputs.bytes_per_s, limits.memory_headroom, write_ms),
                     Binding.MEMORY))
         if inputs.pending_acks > 0:
             out.append((float(limits.max_ack_delay_ms), Binding.GUARANTEE_ACKS))
         return out
 
-    def _binding_cap(self, inputs: DelayInputs) -> tuple[float, Binding]:
-        """min(candidates(inputs)), the first of equal ones, without building the list: this
-        runs on every hardener pass."""
+    def ceiling(self, senders: int, bytes_per_s: float, records_per_s: float,
+                at_risk_bytes: int, at_risk_records: int, buffered_bytes: int,
+                pending_acks: int, kafka_write_ms: float) -> tuple[float, Binding]:
+        """The smallest cap of `candidates()`, the first of equal ones: the same arithmetic
+        (`_budget_cap_ms` inlined), on plain arguments rather than a DelayInputs. The observer
+        calls this whenever an input moved, which under load is on most decisions; building
+        the frozen inputs and the calls cost more than the arithmetic. Kept equal to
+        `candidates()` by tests/unit/test_adaptive_delay.py."""
         limits = self.limits
-        delay, binding = self._wanted(inputs)
-        if limits.max_delay_ms < delay:
-            delay, binding = float(limits.max_delay_ms), Binding.MAX_DELAY
-        write_ms = inputs.kafka_write_ms
-        cap = _budget_cap_ms(limits.risk_budget_bytes, inputs.at_risk_bytes,
-                             inputs.bytes_per_s, limits.headroom, write_ms)
+        delay, binding = float(limits.max_delay_ms), Binding.MAX_DELAY
+        headroom = limits.headroom
+        # risk_bytes
+        fill = at_risk_bytes / limits.risk_budget_bytes
+        if bytes_per_s <= 0:
+            cap = _INF if fill < 1 else 0.0
+        else:
+            cap = self._bytes_steady / bytes_per_s * 1000
+            if fill > headroom:
+                if headroom < 1:
+                    shrink = (1.0 - fill) / self._bytes_shrink
+                    cap *= shrink if shrink > 0.0 else 0.0
+                else:
+                    cap *= 0.0
+            cap -= kafka_write_ms
+            if not cap > 0.0:
+                cap = 0.0
         if cap < delay:
             delay, binding = cap, Binding.RISK_BYTES
-        cap = _budget_cap_ms(limits.risk_budget_records, inputs.at_risk_records,
-                             inputs.records_per_s, limits.headroom, write_ms)
+        # risk_records
+        fill = at_risk_records / limits.risk_budget_records
+        if records_per_s <= 0:
+            cap = _INF if fill < 1 else 0.0
+        else:
+            cap = self._records_steady / records_per_s * 1000
+            if fill > headroom:
+                if headroom < 1:
+                    shrink = (1.0 - fill) / self._records_shrink
+                    cap *= shrink if shrink > 0.0 else 0.0
+                else:
+                    cap *= 0.0
+            cap -= kafka_write_ms
+            if not cap > 0.0:
+                cap = 0.0
         if cap < delay:
             delay, binding = cap, Binding.RISK_RECORDS
-        if inputs.senders > 0:
-            cap = limits.sender_budget_s * 1000 / inputs.senders
+        if senders > 0:
+            cap = limits.sender_budget_s * 1000 / senders
             if cap < delay:
                 delay, binding = cap, Binding.SENDERS
-        cap = _budget_cap_ms(limits.memory_budget_bytes, inputs.buffered_bytes,
-                             inputs.bytes_per_s, limits.headroom, write_ms)
+        # memory
+        headroom = limits.memory_headroom
+        fill = buffered_bytes / self._memory_line
+        if bytes_per_s <= 0:
+            cap = _INF if fill < 1 else 0.0
+        else:
+            cap = self._memory_steady / bytes_per_s * 1000
+            if fill > headroom:
+                if headroom < 1:
+                    shrink = (1.0 - fill) / self._memory_shrink
+                    cap *= shrink if shrink > 0.0 else 0.0
+                else:
+                    cap *= 0.0
+            cap -= kafka_write_ms
+            if not cap > 0.0:
+                cap = 0.0
         if cap < delay:
             delay, binding = cap, Binding.MEMORY
-        if inputs.pending_acks > 0 and limits.max_ack_delay_ms < delay:
+        if pending_acks > 0 and limits.max_ack_delay_ms < delay:
             delay, binding = float(limits.max_ack_delay_ms), Binding.GUARANTEE_ACKS
         return delay, binding
 
-    def _wanted(self, inputs: DelayInputs) -> tuple[float, Binding]:
-        if not inputs.has_subscriptions:
+    def settle(self, has_subscriptions: bool, delivery_latency_ms: float | None,
+               undelivered_wait_ms: int, ceiling: float, ceiling_binding: Binding
+               ) -> DelayDecision:
+        """The wanted delay (`_wanted`, inlined) under `ceiling()`, floored at min_delay; the
+        previous decision object when nothing changed. The wanted delay wins a tie, as it
+        comes first in `candidates()`."""
+        limits = self.limits
+        if not has_subscriptions:
+            delay, binding = 0.0, Binding.NO_SUBSCRIPTIONS
+        elif delivery_latency_ms is None and undelivered_wait_ms < limits.initial_delay_ms:
+            delay, binding = float(limits.initial_delay_ms), Binding.NO_DELIVERY_YET
+        else:
+            latency = delivery_latency_ms or 0.0
+            waited = float(undelivered_wait_ms)
+            if waited > latency:
+                latency = waited
+            delay = latency * limits.latency_margin + limits.latency_margin_ms
+            binding = Binding.DELIVERY_LATENCY
+        if ceiling < delay:
+            delay, binding = ceiling, ceiling_binding
+        if delay < limits.min_delay_ms:
+            delay, binding = limits.min_delay_ms, Binding.MIN_DELAY
+        delay_ms = int(delay)
+        last = self._held
+        if last is None or last.delay_ms != delay_ms or last.binding is not binding:
+            self._held = last = DelayDecision(delay_ms, binding)
+        return last
+
+    def _wanted(self, has_subscriptions: bool, delivery_latency_ms: float | None,
+                undelivered_wait_ms: int) -> tuple[float, Binding]:
+        if not has_subscriptions:
             return 0.0, Binding.NO_SUBSCRIPTIONS
         limits = self.limits
-        if inputs.delivery_latency_ms is None and (inputs.undelivered_wait_ms
-                                                   < limits.initial_delay_ms):
+        if delivery_latency_ms is None and undelivered_wait_ms < limits.initial_delay_ms:
             return float(limits.initial_delay_ms), Binding.NO_DELIVERY_YET
-        latency = max(inputs.delivery_latency_ms or 0.0, float(inputs.undelivered_wait_ms))
+        latency = max(delivery_latency_ms or 0.0, float(undelivered_wait_ms))
         return (latency * limits.latency_margin + limits.latency_margin_ms,
                 Binding.DELIVERY_LATENCY)
-
-
-def _by_value(candidate: tuple[float, Binding]) -> float:
-    return candidate[0]

@@ -5,6 +5,15 @@ in `bench/` feed it the same way. Signals come in as they happen: appends (sende
 when each offset was appended), delivered-mark advances (delivery latency, progress), Kafka
 writes (health, write time); amounts read elsewhere (buffered bytes and records, which topics
 a delivery can spare a write, pending guarantee acks) are set when they are refreshed.
+
+`decision()` runs on every hardener pass, so it reuses what has not moved. The controller's
+ceiling (the smallest cap: rates, amounts, senders, Kafka's write time) is kept per topic
+with the observer's `_seq` when it was computed, and the instant until which the clock alone
+cannot move it (the end of the rate window's newest bucket, the sender window's next
+pruning); every signal that moves one of its inputs bumps `_seq`, and so does a read that
+moves a window. What depends on the clock itself (how long the oldest undelivered record has
+waited) is settled against it on every call. A decision is the same whether reused or not;
+tests/unit/test_adaptive_delay.py replays random signals to check it.
 """
 
 from __future__ import annotations
@@ -15,37 +24,43 @@ from typing import Any
 
 from storage.model import TopicPartition
 from storage.policy.adaptive import AdaptiveDelay, DelayInputs, DelayLimits
-from storage.policy.delay import DelayDecision, DelayPolicy, FixedDelay
-from storage.policy.signals import AppendTimes, LatencySketch, RateWindow, SenderWindow
+from storage.policy.delay import Binding, DelayDecision, FixedDelay
+from storage.policy.signals import AppendTimes, IngressRates, LatencySketch, SenderWindow
+
+# `_Topic.waiting_since_ms` when no record of the topic waits for delivery.
+_NOTHING_WAITS = 1 << 62
 
 
-@dataclass
+@dataclass(slots=True)
 class _Partition:
     times: AppendTimes = field(default_factory=AppendTimes)
     appended_end: int = 0
     delivered: int = -1          # the delivered mark as last seen here; -1: not seen yet
     progress_ms: int = 0         # when delivery last moved (or had nothing to wait for)
 
+    @property
+    def waiting(self) -> bool:
+        return self.appended_end > max(self.delivered, 0)
 
-@dataclass
+
+@dataclass(slots=True)
 class _Topic:
-    policy: DelayPolicy
+    adaptive: AdaptiveDelay | None  # None: the fixed policy, whose `decision` never changes
     senders: SenderWindow = field(default_factory=SenderWindow)
     latency: LatencySketch = field(default_factory=LatencySketch)
     partitions: dict[int, _Partition] = field(default_factory=dict)
     decision: DelayDecision | None = None
-    inputs: DelayInputs | None = None
-
-
-@dataclass
-class _Kafka:
-    last_ok_ms: int = 0
-    last_error_ms: int = 0
-    write_ms: float = 0.0  # moving average
-
-    @property
-    def healthy(self) -> bool:
-        return self.last_error_ms <= self.last_ok_ms
+    # The controller's ceiling, valid while the observer's `_seq` is `ceiling_seq` and the
+    # clock is before `ceiling_until_ms`.
+    ceiling_ms: float = 0.0
+    ceiling_binding: Binding = Binding.MAX_DELAY
+    ceiling_seq: int = -1
+    ceiling_until_ms: int = 0
+    # The earliest `progress_ms` of the partitions where records wait for delivery. Appends
+    # can only lower it and keep it exact; a delivery may raise it: then it is `stale` until
+    # the next decision looks at every partition again.
+    waiting_since_ms: int = _NOTHING_WAITS
+    waiting_stale: bool = False
 
 
 class DelayObserver:
@@ -55,13 +70,16 @@ class DelayObserver:
         self.limits = limits
         self.fixed_delay_ms = fixed_delay_ms
         self._topics: dict[str, _Topic] = {}
-        self._bytes_in = RateWindow()
-        self._records_in = RateWindow()
-        self._kafka = _Kafka()
+        self._ingress = IngressRates()
+        self._kafka_ok_ms = 0
+        self._kafka_error_ms = 0
+        self._kafka_healthy = True
+        self._kafka_write_ms = 0.0  # moving average
         self._buffered_bytes = 0
         self._buffered_records = 0
         self._deliverable: frozenset[str] = frozenset()
         self._pending_acks: Mapping[str, int] = {}
+        self._seq = 0  # bumped whenever an input of a ceiling moves
 
     @property
     def policy_name(self) -> str:
@@ -76,71 +94,141 @@ class DelayObserver:
     def appended(self, tp: TopicPartition, sender: Hashable, records: int, nbytes: int,
                  next_offset: int, now_ms: int) -> None:
         """`records` (`nbytes`) from `sender` were appended; offsets below `next_offset`."""
-        topic = self._topic(tp.topic)
+        topic = self._topics.get(tp.topic)
+        if topic is None:
+            topic = self._topic(tp.topic)
         topic.senders.seen(now_ms, sender)
-        self._bytes_in.add(now_ms, nbytes)
-        self._records_in.add(now_ms, records)
-        part = self._partition(topic, tp.partition, now_ms)
+        self._ingress.add(now_ms, records, nbytes)
+        self._seq += 1
+        part = topic.partitions.get(tp.partition)
+        if part is None:
+            part = self._partition(topic, tp.partition, now_ms)
         if part.delivered >= part.appended_end:
             part.progress_ms = now_ms  # nothing was waiting: delivery is not behind
-        part.appended_end = max(part.appended_end, next_offset)
+        if next_offset > part.appended_end:
+            part.appended_end = next_offset
         part.times.appended(now_ms, next_offset)
+        # A partition that waited already keeps its progress_ms: the earliest can only drop.
+        if (part.progress_ms < topic.waiting_since_ms
+                and part.appended_end > max(part.delivered, 0)):
+            topic.waiting_since_ms = part.progress_ms
 
     def delivered(self, tp: TopicPartition, mark: int, now_ms: int) -> None:
         """The partition's delivered mark is `mark`: time the records it passed."""
-        topic = self._topic(tp.topic)
-        part = self._partition(topic, tp.partition, now_ms)
-        if mark <= part.delivered:
+        topic = self._topics.get(tp.topic)
+        if topic is None:
+            topic = self._topic(tp.topic)
+        part = topic.partitions.get(tp.partition)
+        if part is None:
+            part = self._partition(topic, tp.partition, now_ms)
+        last = part.delivered
+        if mark <= last:
             return
-        # The oldest and the newest record it passed bound the latencies of the rest.
-        offsets = {o for o in (part.delivered, mark - 1) if 0 <= o < mark}
-        for offset in offsets:
-            appended_ms = part.times.time_of(offset)
-            if appended_ms is not None:
-                topic.latency.add(now_ms, max(0, now_ms - appended_ms), 1 / len(offsets))
+        # The oldest and the newest record it passed bound the latencies of the rest; each
+        # weighs half, or all when it is the only one (a single record passed, or the mark
+        # was not seen here before).
+        times = part.times
+        newest = times.time_of(mark - 1) if mark > 0 else None
+        if last >= 0 and last != mark - 1:
+            oldest = times.time_of(last)
+            if oldest is None:
+                if newest is not None:
+                    topic.latency.add(now_ms, max(0, now_ms - newest), 0.5)
+            elif newest is None:
+                topic.latency.add(now_ms, max(0, now_ms - oldest), 0.5)
+            else:
+                topic.latency.add_two(now_ms, max(0, now_ms - oldest),
+                                      max(0, now_ms - newest), 0.5)
+        elif newest is not None:
+            topic.latency.add(now_ms, max(0, now_ms - newest), 1.0)
         part.delivered = mark
         part.progress_ms = now_ms
+        topic.waiting_stale = True  # it may have been the partition waiting the longest
 
     def kafka_write(self, write_ms: float, now_ms: int) -> None:
-        kafka = self._kafka
-        first = kafka.last_ok_ms == 0
-        kafka.write_ms = write_ms if first else 0.8 * kafka.write_ms + 0.2 * write_ms
-        kafka.last_ok_ms = now_ms
+        first = self._kafka_ok_ms == 0
+        self._kafka_write_ms = (write_ms if first
+                                else 0.8 * self._kafka_write_ms + 0.2 * write_ms)
+        self._kafka_ok_ms = now_ms
+        self._kafka_healthy = self._kafka_error_ms <= now_ms
+        self._seq += 1
 
     def kafka_failed(self, now_ms: int) -> None:
-        self._kafka.last_error_ms = now_ms
+        self._kafka_error_ms = now_ms
+        self._kafka_healthy = now_ms <= self._kafka_ok_ms
 
     # -- decisions -----------------------------------------------------------------------
 
     def decision(self, topic_name: str, now_ms: int) -> DelayDecision:
-        """How long `topic_name`'s records wait now; cheap enough for every hardener tick."""
-        topic = self._topic(topic_name)
-        inputs = self._inputs(topic_name, topic, now_ms)
-        topic.inputs = inputs
-        topic.decision = topic.policy.decide(inputs, now_ms)
-        return topic.decision
+        """How long `topic_name`'s records wait now; cheap enough for every hardener pass."""
+        topic = self._topics.get(topic_name)
+        if topic is None:
+            topic = self._topic(topic_name)
+        policy = topic.adaptive
+        if policy is None:
+            assert topic.decision is not None  # a fixed policy's, set with the topic
+            return topic.decision
+        if topic.ceiling_seq != self._seq or now_ms >= topic.ceiling_until_ms:
+            self._refresh_ceiling(topic_name, topic, policy, now_ms)
+        if not self._kafka_healthy:
+            decision = policy.held()
+        else:
+            if topic.waiting_stale:
+                topic.waiting_since_ms = _waiting_since(topic)
+                topic.waiting_stale = False
+            since = topic.waiting_since_ms
+            decision = policy.settle(topic_name in self._deliverable, topic.latency.value_ms,
+                                     now_ms - since if since < now_ms else 0,
+                                     topic.ceiling_ms, topic.ceiling_binding)
+        topic.decision = decision
+        return decision
 
     def inputs(self, topic_name: str, now_ms: int) -> DelayInputs:
         return self._inputs(topic_name, self._topic(topic_name), now_ms)
 
+    def _refresh_ceiling(self, topic_name: str, topic: _Topic, policy: AdaptiveDelay,
+                         now_ms: int) -> None:
+        senders, bytes_per_s, records_per_s = self._read_windows(topic, now_ms)
+        topic.ceiling_ms, topic.ceiling_binding = policy.ceiling(
+            senders, bytes_per_s, records_per_s, self._buffered_bytes, self._buffered_records,
+            self._buffered_bytes, self._pending_acks.get(topic_name, 0), self._kafka_write_ms)
+        topic.ceiling_seq = self._seq
+        until = (self._ingress.head + 1) * self._ingress.bucket_ms
+        next_prune = topic.senders.next_prune_ms
+        topic.ceiling_until_ms = until if until < next_prune else next_prune
+
+    def _read_windows(self, topic: _Topic, now_ms: int) -> tuple[int, float, float]:
+        """The topic's senders and Kiln's ingress rates now. Reading may move the windows
+        (a bucket ages out, silent senders are forgotten): every ceiling computed before
+        is then stale."""
+        ingress = self._ingress
+        window = topic.senders
+        head, next_prune = ingress.head, window.next_prune_ms
+        senders = window.count(now_ms)
+        bytes_per_s, records_per_s = ingress.peaks(now_ms)
+        if ingress.head != head or window.next_prune_ms != next_prune:
+            self._seq += 1
+        return senders, bytes_per_s, records_per_s
+
     def _inputs(self, topic_name: str, topic: _Topic, now_ms: int) -> DelayInputs:
+        senders, bytes_per_s, records_per_s = self._read_windows(topic, now_ms)
         oldest = now_ms  # when delivery last moved on the partition that waits the longest
         for p in topic.partitions.values():
-            if p.progress_ms < oldest and p.appended_end > max(p.delivered, 0):
+            if p.progress_ms < oldest and p.waiting:
                 oldest = p.progress_ms
         return DelayInputs(
             has_subscriptions=topic_name in self._deliverable,
-            senders=topic.senders.count(now_ms),
-            bytes_per_s=self._bytes_in.peak_per_second(now_ms),
-            records_per_s=self._records_in.peak_per_second(now_ms),
+            senders=senders,
+            bytes_per_s=bytes_per_s,
+            records_per_s=records_per_s,
             at_risk_bytes=self._buffered_bytes,
             at_risk_records=self._buffered_records,
             buffered_bytes=self._buffered_bytes,
             delivery_latency_ms=topic.latency.value_ms,
             undelivered_wait_ms=now_ms - oldest,
             pending_acks=self._pending_acks.get(topic_name, 0),
-            kafka_healthy=self._kafka.healthy,
-            kafka_write_ms=self._kafka.write_ms,
+            kafka_healthy=self._kafka_healthy,
+            kafka_write_ms=self._kafka_write_ms,
         )
 
     def current(self) -> dict[str, DelayDecision]:
@@ -151,11 +239,11 @@ class DelayObserver:
         """The decision for `topic_name` with every input and candidate, as JSON data."""
         topic = self._topic(topic_name)
         decision = self.decision(topic_name, now_ms)
-        inputs = topic.inputs or self.inputs(topic_name, now_ms)
+        inputs = self._inputs(topic_name, topic, now_ms)
         candidates: list[dict[str, Any]] = []
-        if isinstance(topic.policy, AdaptiveDelay):
+        if topic.adaptive is not None:
             candidates = [{"constraint": str(binding), "delay_ms": _round_ms(value)}
-                          for value, binding in topic.policy.candidates(inputs)]
+                          for value, binding in topic.adaptive.candidates(inputs)]
         return {
             "topic": topic_name, "at_ms": now_ms,
             "policy": self.policy_name, "delay_ms": decision.delay_ms,
@@ -169,6 +257,7 @@ class DelayObserver:
         """What the log queue holds, all processes: acknowledged, not hardened nor delivered."""
         self._buffered_bytes = nbytes
         self._buffered_records = records
+        self._seq += 1
 
     def deliverable(self, topics: frozenset[str], now_ms: int) -> None:
         """The topics where a delivery can spare a write (durable subscriptions exist)."""
@@ -178,15 +267,19 @@ class DelayObserver:
 
     def pending_acks(self, by_topic: Mapping[str, int]) -> None:
         self._pending_acks = by_topic
+        self._seq += 1
 
     # -- state ---------------------------------------------------------------------------
 
     def _topic(self, name: str) -> _Topic:
         topic = self._topics.get(name)
         if topic is None:
-            policy: DelayPolicy = (AdaptiveDelay(self.limits) if self.fixed_delay_ms is None
-                                   else FixedDelay(self.fixed_delay_ms))
-            topic = self._topics[name] = _Topic(policy)
+            if self.fixed_delay_ms is None:
+                topic = _Topic(AdaptiveDelay(self.limits))
+            else:
+                fixed = FixedDelay(self.fixed_delay_ms)
+                topic = _Topic(None, decision=fixed.decide(DelayInputs(False), 0))
+            self._topics[name] = topic
         return topic
 
     @staticmethod
@@ -195,6 +288,14 @@ class DelayObserver:
         if part is None:
             part = topic.partitions[partition] = _Partition(progress_ms=now_ms)
         return part
+
+
+def _waiting_since(topic: _Topic) -> int:
+    since = _NOTHING_WAITS
+    for p in topic.partitions.values():
+        if p.progress_ms < since and p.appended_end > max(p.delivered, 0):
+            since = p.progress_ms
+    return since
 
 
 def _round_ms(value: float) -> float | None:

@@ -2,7 +2,7 @@
 argument everywhere), so the simulator in `bench/` drives the very same code with a virtual
 clock.
 
-- `RateWindow`: records or bytes per second over a short and a long window.
+- `IngressRates`: records and bytes per second over a short and a long window.
 - `SenderWindow`: distinct sending clients seen within a window.
 - `LatencySketch`: a decaying log-bucket histogram of delivery latency and its high quantile.
 - `AppendTimes`: when each offset range of a partition was appended (to time deliveries).
@@ -15,84 +15,115 @@ from bisect import bisect_right
 from collections.abc import Hashable
 
 
-class RateWindow:
-    """Amounts added per time bucket, summed over the last `long_ms` (and `short_ms`).
-    Both sums are kept up to date as buckets age out, so reading a rate is O(1)."""
+class IngressRates:
+    """Records and bytes added per time bucket, summed over the last `long_ms` (and
+    `short_ms`). The sums are kept up to date as buckets age out, so reading a rate is O(1);
+    records and bytes share their buckets, as every append brings both.
 
-    __slots__ = ("_bucket_ms", "_buckets", "_head", "_long_total", "_short_buckets",
-                 "_short_total")
+    Reading moves the window to the reader's bucket (`head`), as adding does: rates read
+    again with the same `head` and nothing added in between are the same rates."""
+
+    __slots__ = ("_bytes", "_long_bytes", "_long_records", "_long_span_ms", "_records",
+                 "_short_buckets", "_short_bytes", "_short_records", "_short_span_ms",
+                 "bucket_ms", "head")
 
     def __init__(self, bucket_ms: int = 100, short_ms: int = 1_000, long_ms: int = 10_000
                  ) -> None:
         if bucket_ms <= 0 or short_ms < bucket_ms or long_ms < short_ms:
             raise ValueError("need 0 < bucket_ms <= short_ms <= long_ms")
-        self._bucket_ms = bucket_ms
+        self.bucket_ms = bucket_ms
         self._short_buckets = short_ms // bucket_ms
-        self._buckets = [0.0] * (long_ms // bucket_ms)
-        self._head = -1  # index (time // bucket_ms) of the newest bucket
-        self._long_total = 0.0
-        self._short_total = 0.0
+        self._records = [0.0] * (long_ms // bucket_ms)
+        self._bytes = [0.0] * (long_ms // bucket_ms)
+        self._short_span_ms = self._short_buckets * bucket_ms
+        self._long_span_ms = len(self._records) * bucket_ms
+        self.head = -1  # index (time // bucket_ms) of the newest bucket
+        self._short_records = self._long_records = 0.0
+        self._short_bytes = self._long_bytes = 0.0
 
-    def add(self, now_ms: int, amount: float) -> None:
-        if now_ms // self._bucket_ms != self._head:
+    def add(self, now_ms: int, records: float, nbytes: float) -> None:
+        if now_ms // self.bucket_ms != self.head:
             self._advance(now_ms)
-        self._buckets[self._head % len(self._buckets)] += amount
-        self._long_total += amount
-        self._short_total += amount
+        slot = self.head % len(self._records)
+        self._records[slot] += records
+        self._long_records += records
+        self._short_records += records
+        self._bytes[slot] += nbytes
+        self._long_bytes += nbytes
+        self._short_bytes += nbytes
 
-    def per_second(self, now_ms: int) -> tuple[float, float]:
-        """(rate over the short window, rate over the long window), per second."""
+    def records_per_second(self, now_ms: int) -> tuple[float, float]:
+        """(records/s over the short window, over the long window)."""
         self._advance(now_ms)
-        return (max(0.0, self._short_total) * 1000 / (self._short_buckets * self._bucket_ms),
-                max(0.0, self._long_total) * 1000 / (len(self._buckets) * self._bucket_ms))
+        return (max(0.0, self._short_records) * 1000 / self._short_span_ms,
+                max(0.0, self._long_records) * 1000 / self._long_span_ms)
 
-    def peak_per_second(self, now_ms: int) -> float:
-        """The higher of the two rates: reacts to a burst at once, forgets it slowly."""
-        short, long = self.per_second(now_ms)
-        return max(short, long)
+    def bytes_per_second(self, now_ms: int) -> tuple[float, float]:
+        """(bytes/s over the short window, over the long window)."""
+        self._advance(now_ms)
+        return (max(0.0, self._short_bytes) * 1000 / self._short_span_ms,
+                max(0.0, self._long_bytes) * 1000 / self._long_span_ms)
+
+    def peaks(self, now_ms: int) -> tuple[float, float]:
+        """(bytes/s, records/s), each the higher of its two windows: a burst is felt at once
+        and forgotten slowly."""
+        if now_ms // self.bucket_ms != self.head:
+            self._advance(now_ms)
+        short_span, long_span = self._short_span_ms, self._long_span_ms
+        short = max(0.0, self._short_bytes) * 1000 / short_span
+        long = max(0.0, self._long_bytes) * 1000 / long_span
+        nbytes = short if short >= long else long
+        short = max(0.0, self._short_records) * 1000 / short_span
+        long = max(0.0, self._long_records) * 1000 / long_span
+        return nbytes, short if short >= long else long
 
     def _advance(self, now_ms: int) -> None:
-        index = now_ms // self._bucket_ms
-        if self._head < 0:
-            self._head = index
+        index = now_ms // self.bucket_ms
+        if self.head < 0:
+            self.head = index
             return
-        if index <= self._head:
+        if index <= self.head:
             return
-        buckets = self._buckets
-        size = len(buckets)
+        records, nbytes = self._records, self._bytes
+        size = len(records)
         short = self._short_buckets
-        head = self._head
+        head = self.head
         for i in range(head + 1, min(index, head + size) + 1):
             if i - head <= short:  # bucket i - short leaves the short window
-                self._short_total -= buckets[(i - short) % size]
+                leaving = (i - short) % size
+                self._short_records -= records[leaving]
+                self._short_bytes -= nbytes[leaving]
             slot = i % size
-            self._long_total -= buckets[slot]
-            buckets[slot] = 0.0
+            self._long_records -= records[slot]
+            self._long_bytes -= nbytes[slot]
+            records[slot] = nbytes[slot] = 0.0
         if index - head >= short:
-            self._short_total = 0.0
+            self._short_records = self._short_bytes = 0.0
         if index - head >= size:
-            self._long_total = 0.0
-        self._head = index
+            self._long_records = self._long_bytes = 0.0
+        self.head = index
 
 
 class SenderWindow:
-    """How many distinct senders were seen in the last `window_ms`."""
+    """How many distinct senders were seen in the last `window_ms`. Silent senders are
+    forgotten when counting, at most every tenth of the window (`next_prune_ms`): until then
+    the count changes only as senders are seen."""
 
-    __slots__ = ("_last_seen", "_pruned_at", "_window_ms")
+    __slots__ = ("_last_seen", "_window_ms", "next_prune_ms")
 
     def __init__(self, window_ms: int = 10_000) -> None:
         self._window_ms = window_ms
         self._last_seen: dict[Hashable, int] = {}
-        self._pruned_at = 0
+        self.next_prune_ms = window_ms // 10
 
     def seen(self, now_ms: int, sender: Hashable) -> None:
         self._last_seen[sender] = now_ms
 
     def count(self, now_ms: int) -> int:
-        if now_ms - self._pruned_at >= self._window_ms // 10:
+        if now_ms >= self.next_prune_ms:
             horizon = now_ms - self._window_ms
             self._last_seen = {s: t for s, t in self._last_seen.items() if t > horizon}
-            self._pruned_at = now_ms
+            self.next_prune_ms = now_ms + self._window_ms // 10
         return len(self._last_seen)
 
 
@@ -126,13 +157,23 @@ class LatencySketch:
 
     def add(self, now_ms: int, latency_ms: float, weight: float = 1.0) -> None:
         self._decay(now_ms)
+        self._put(latency_ms, weight)
+        self._refresh()
+
+    def add_two(self, now_ms: int, first_ms: float, second_ms: float, weight: float) -> None:
+        """Two samples, one quantile refresh: what `add` twice leaves, at half the cost."""
+        self._decay(now_ms)
+        self._put(first_ms, weight)
+        self._put(second_ms, weight)
+        self._refresh()
+
+    def _put(self, latency_ms: float, weight: float) -> None:
         index = 0 if latency_ms < 1 else min(len(self._counts) - 1,
                                              int(math.log(latency_ms) / self._log_ratio) + 1)
         self._counts[index] += weight
         if index > self._top:
             self._top = index
         self._total += weight
-        self._refresh()
 
     def decay(self, now_ms: int) -> None:
         self._decay(now_ms)

@@ -4,22 +4,28 @@ binding constraint out; one test per constraint, then the transitions between th
 from __future__ import annotations
 
 import dataclasses
+import random
+from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from storage.model import TopicPartition
-from storage.policy.adaptive import AdaptiveDelay, DelayInputs, DelayLimits
-from storage.policy.delay import Binding
+from storage.policy.adaptive import (
+    AdaptiveDelay,
+    DelayInputs,
+    DelayLimits,
+)
+from storage.policy.delay import Binding, DelayDecision
 from storage.policy.observer import DelayObserver
 
 MIB = 1024 * 1024
 LIMITS = DelayLimits(min_delay_ms=0, max_delay_ms=60_000, initial_delay_ms=2_000,
                      risk_budget_bytes=64 * MIB, risk_budget_records=1_000_000,
                      sender_budget_s=600, memory_budget_bytes=512 * MIB,
-                     max_ack_delay_ms=10_000, headroom=0.5, latency_margin=1.25,
-                     latency_margin_ms=100)
+                     max_ack_delay_ms=10_000, headroom=0.5, memory_headroom=0.8,
+                     latency_margin=1.25, latency_margin_ms=100)
 SUBSCRIBED = DelayInputs(has_subscriptions=True, delivery_latency_ms=400.0)
 
 
@@ -82,14 +88,27 @@ def test_many_senders_shorten_the_delay() -> None:
     assert decide(inputs) == (2_000, Binding.SENDERS)
 
 
-def test_memory_budget_caps_the_delay() -> None:
-    limits = dataclasses.replace(LIMITS, memory_budget_bytes=16 * MIB,
+def test_memory_cap_keeps_the_buffer_below_the_throttle_line() -> None:
+    # A 20 MiB buffer budget throttles producers from 16 MiB; the steady state may use 0.8
+    # of that, 12.8 MiB: 3.2 s at 4 MiB/s. Past it the cap shrinks to 0 at the line.
+    limits = dataclasses.replace(LIMITS, memory_budget_bytes=20 * MIB,
                                  risk_budget_bytes=1024 * MIB)
-    inputs = dataclasses.replace(SUBSCRIBED, delivery_latency_ms=20_000.0, bytes_per_s=4 * MIB,
-                                 buffered_bytes=14 * MIB)
+    base = dataclasses.replace(SUBSCRIBED, delivery_latency_ms=20_000.0, bytes_per_s=4 * MIB)
 
-    # 8 MiB headroom at 4 MiB/s is 2 s; 14 of 16 MiB used scales it to a quarter.
-    assert decide(inputs, limits) == (500, Binding.MEMORY)
+    assert decide(base, limits) == (3_200, Binding.MEMORY)
+    assert decide(dataclasses.replace(base, buffered_bytes=15 * MIB), limits) == (
+        1_000, Binding.MEMORY)
+    assert decide(dataclasses.replace(base, buffered_bytes=16 * MIB), limits) == (
+        0, Binding.MEMORY)
+
+
+def test_memory_headroom_is_its_own_and_the_risk_headroom_leaves_memory_alone() -> None:
+    limits = dataclasses.replace(LIMITS, memory_budget_bytes=20 * MIB,
+                                 risk_budget_bytes=1024 * MIB, memory_headroom=0.5, headroom=1.0)
+    inputs = dataclasses.replace(SUBSCRIBED, delivery_latency_ms=20_000.0, bytes_per_s=4 * MIB)
+
+    # Half of the 16 MiB below the throttle line at 4 MiB/s.
+    assert decide(inputs, limits) == (2_000, Binding.MEMORY)
 
 
 def test_pending_guarantee_acks_bound_the_delay() -> None:
@@ -122,6 +141,8 @@ def test_limits_reject_nonsense() -> None:
         DelayLimits(min_delay_ms=10, max_delay_ms=5)
     with pytest.raises(ValueError, match="risk_budget_bytes"):
         DelayLimits(risk_budget_bytes=0)
+    with pytest.raises(ValueError, match="memory_headroom"):
+        DelayLimits(memory_headroom=0)
 
 
 _inputs = st.builds(
@@ -164,6 +185,42 @@ def test_within_the_risk_headroom_at_steady_state(inputs: DelayInputs) -> None:
 
     assert inputs.bytes_per_s * delay / 1000 <= 0.5 * LIMITS.risk_budget_bytes + 1
     assert inputs.records_per_s * delay / 1000 <= 0.5 * LIMITS.risk_budget_records + 1
+
+
+@given(_inputs)
+def test_within_the_memory_headroom_below_the_throttle_line(inputs: DelayInputs) -> None:
+    """rate x delay stays within 0.8 of the memory below the throttle line (80 %)."""
+    delay, _ = decide(inputs)
+
+    assert inputs.bytes_per_s * delay / 1000 <= 0.8 * 0.8 * LIMITS.memory_budget_bytes + 1
+
+
+_limits = st.builds(
+    DelayLimits,
+    min_delay_ms=st.integers(0, 2_000),
+    max_delay_ms=st.integers(2_000, 120_000),
+    initial_delay_ms=st.integers(0, 5_000),
+    risk_budget_bytes=st.integers(1, 2**31),
+    risk_budget_records=st.integers(1, 10**7),
+    sender_budget_s=st.floats(0.001, 10_000),
+    memory_budget_bytes=st.integers(1, 2**32),
+    max_ack_delay_ms=st.integers(0, 60_000),
+    headroom=st.sampled_from([0.1, 0.5, 0.8, 1.0]),
+    memory_headroom=st.sampled_from([0.1, 0.5, 0.8, 1.0]),
+)
+
+
+@given(_inputs, _limits)
+def test_the_decision_is_the_smallest_candidate_floored_at_min_delay(
+        inputs: DelayInputs, limits: DelayLimits) -> None:
+    """decide() computes its minimum in place, on plain values; candidates() lists every
+    value with the reference formulas: the two agree exactly, the first of equal ones
+    binding."""
+    value, binding = min(AdaptiveDelay(limits).candidates(inputs), key=lambda c: c[0])
+    if value < limits.min_delay_ms:
+        value, binding = limits.min_delay_ms, Binding.MIN_DELAY
+
+    assert decide(inputs, limits) == (int(value), binding)
 
 
 # -- the observer: signals in, transitions out ------------------------------------------
@@ -259,3 +316,245 @@ def test_fixed_policy_through_the_observer_reports_fixed() -> None:
 
     assert (decision.delay_ms, decision.binding) == (750, Binding.FIXED)
     assert report["policy"] == "fixed" and report["candidates"] == []
+
+
+# -- the observer reuses what has not moved ---------------------------------------------
+
+def timed_observer(latency_ms: int) -> DelayObserver:
+    """`orders` subscribed, one delivery timed at `latency_ms`; nothing else appended."""
+    watch = observer()
+    watch.appended(TP, "p0", records=1, nbytes=100, next_offset=1, now_ms=0)
+    watch.delivered(TP, 0, now_ms=0)
+    watch.delivered(TP, 1, now_ms=latency_ms)
+    return watch
+
+
+def test_a_reused_ceiling_still_follows_the_clock_for_a_waiting_record() -> None:
+    watch = observer()
+    watch.appended(TP, "p1", records=10, nbytes=1_000, next_offset=10, now_ms=1_000)
+    watch.delivered(TP, 0, now_ms=1_000)
+
+    # Same rate bucket (100 ms), nothing observed in between: only the wait moved.
+    first = watch.decision("orders", 5_000)
+    later = watch.decision("orders", 5_050)
+
+    assert first == DelayDecision(int(4_000 * 1.25 + 100), Binding.DELIVERY_LATENCY)
+    assert later == DelayDecision(int(4_050 * 1.25 + 100), Binding.DELIVERY_LATENCY)
+
+
+def test_an_append_at_the_same_instant_moves_the_ceiling() -> None:
+    watch = timed_observer(latency_ms=20_000)
+    watch.appended(TP, "p1", records=1_000, nbytes=8 * MIB, next_offset=1_001, now_ms=20_000)
+    before = watch.decision("orders", 20_000)
+
+    watch.appended(TP, "p1", records=1_000, nbytes=8 * MIB, next_offset=2_001, now_ms=20_000)
+    after = watch.decision("orders", 20_000)
+
+    # 32 MiB of risk headroom at 8 MiB/s, then at 16 MiB/s.
+    assert before == DelayDecision(4_000, Binding.RISK_BYTES)
+    assert after == DelayDecision(2_000, Binding.RISK_BYTES)
+
+
+def test_the_rate_window_turning_moves_the_ceiling_with_no_signal() -> None:
+    watch = timed_observer(latency_ms=20_000)
+    watch.appended(TP, "p1", records=1_000, nbytes=8 * MIB, next_offset=1_001, now_ms=20_000)
+
+    in_the_short_window = watch.decision("orders", 20_999)
+    out_of_it = watch.decision("orders", 21_000)  # the bucket of 20 000 leaves the 1 s window
+
+    assert in_the_short_window == DelayDecision(4_000, Binding.RISK_BYTES)
+    # 8 MiB over the 10 s window: 0.8 MiB/s, a 40 s cap; the delivery latency binds again.
+    assert out_of_it.binding is Binding.DELIVERY_LATENCY
+    assert 25_000 <= out_of_it.delay_ms < 40_000
+
+
+def test_senders_forgotten_by_the_clock_alone_lift_the_sender_cap() -> None:
+    watch = timed_observer(latency_ms=20_000)
+    for i in range(300):
+        watch.appended(TP, f"client-{i}", records=1, nbytes=100, next_offset=2 + i,
+                       now_ms=20_000 + i)
+    watch.delivered(TP, 301, now_ms=20_400)
+
+    crowded = watch.decision("orders", 29_000)
+    alone = watch.decision("orders", 30_400)  # every sender silent for 10 s
+
+    assert crowded == DelayDecision(600_000 // 300, Binding.SENDERS)  # p0 (at 0) forgotten
+    assert alone.binding is Binding.DELIVERY_LATENCY
+
+
+def test_senders_forgotten_before_the_rate_bucket_turns_are_forgotten_at_once() -> None:
+    watch = timed_observer(latency_ms=20_000)
+    for i in range(300):
+        watch.appended(TP, f"client-{i}", records=1, nbytes=100, next_offset=2 + i,
+                       now_ms=20_000 + i)
+    watch.delivered(TP, 301, now_ms=20_400)
+
+    pruned = watch.decision("orders", 29_950)      # the sender window prunes: next 30 950
+    not_yet = watch.decision("orders", 30_940)     # all silent 10 s, but no pruning yet
+    forgotten = watch.decision("orders", 30_960)   # pruning, in the same rate bucket
+
+    assert pruned == not_yet == DelayDecision(600_000 // 300, Binding.SENDERS)
+    assert forgotten.binding is Binding.DELIVERY_LATENCY
+
+
+@pytest.mark.parametrize("reader", ["another topic's decision", "inputs read for a report"])
+def test_a_window_moved_by_a_read_is_seen_when_the_clock_steps_back(reader: str) -> None:
+    watch = timed_observer(latency_ms=20_000)
+    watch.appended(TP, "p1", records=1_000, nbytes=8 * MIB, next_offset=1_001, now_ms=20_000)
+    watch.delivered(TP, 1_001, now_ms=20_000)
+
+    before = watch.decision("orders", 20_950)
+    # Either read turns the rate window at 21 050: the bucket of 20 000 leaves it.
+    if reader == "another topic's decision":
+        watch.decision("other", 21_050)
+    else:
+        watch.inputs("orders", 21_050)
+    stepped_back = watch.decision("orders", 20_960)
+
+    assert before == DelayDecision(4_000, Binding.RISK_BYTES)
+    assert stepped_back.binding is Binding.DELIVERY_LATENCY
+
+
+def test_refreshed_amounts_move_the_ceiling() -> None:
+    watch = timed_observer(latency_ms=20_000)
+    watch.appended(TP, "p1", records=1_000, nbytes=8 * MIB, next_offset=1_001, now_ms=20_000)
+    calm = watch.decision("orders", 20_010)
+
+    watch.buffered(48 * MIB, 1_000)  # half-way from the headroom to the risk budget
+    full = watch.decision("orders", 20_010)
+    watch.pending_acks({"orders": 2})
+    watch.buffered(0, 0)
+    acks = watch.decision("orders", 20_010)
+
+    assert calm == DelayDecision(4_000, Binding.RISK_BYTES)
+    assert full == DelayDecision(2_000, Binding.RISK_BYTES)
+    assert acks == DelayDecision(4_000, Binding.RISK_BYTES)  # 10 s ack deadline: not binding
+
+
+class Replay:
+    """Two observers that hear the same signals: `watch` decides as Kiln does, reusing what
+    did not move; the inputs of `twin` are rebuilt and decided afresh at every decision."""
+
+    def __init__(self) -> None:
+        # Memory binds before the risk bytes (20.5 MiB steady below its throttle line, 24
+        # MiB of risk), many senders before either, a stopped consumer before max_delay.
+        self.limits = DelayLimits(initial_delay_ms=500, max_delay_ms=20_000,
+                                  risk_budget_bytes=48 * MIB, risk_budget_records=200_000,
+                                  sender_budget_s=60, memory_budget_bytes=32 * MIB,
+                                  max_ack_delay_ms=8_000)
+        self.watch, self.twin = DelayObserver(self.limits), DelayObserver(self.limits)
+        self.fresh = {name: AdaptiveDelay(self.limits) for name in ("t0", "t1")}
+        self.ends: dict[tuple[int, int], int] = {}
+        self.marks: dict[tuple[int, int], int] = {}
+        self.now = 1_000
+        self.bindings: set[Binding] = set()
+
+    def step(self, event: tuple[Any, ...]) -> None:
+        kind, args = event[0], event[1:]
+        both = (self.watch, self.twin)
+        if kind == "clock":
+            self.now = max(0, self.now + args[0])
+        elif kind == "append":
+            t, p, sender, records, nbytes = args
+            self.ends[t, p] = self.ends.get((t, p), 0) + records
+            for w in both:
+                w.appended(TopicPartition(f"t{t}", p), f"s{sender}", records, nbytes,
+                           self.ends[t, p], self.now)
+        elif kind == "deliver":
+            t, p, by = args
+            mark = min(self.ends.get((t, p), 0), self.marks.get((t, p), -1) + by)
+            self.marks[t, p] = mark
+            for w in both:
+                w.delivered(TopicPartition(f"t{t}", p), mark, self.now)
+        elif kind == "buffered":
+            for w in both:
+                w.buffered(args[0], args[1])
+        elif kind == "acks":
+            for w in both:
+                w.pending_acks({f"t{args[0]}": args[1]})
+        elif kind == "kafka_ok":
+            for w in both:
+                w.kafka_write(args[0], self.now)
+        elif kind == "kafka_failed":
+            for w in both:
+                w.kafka_failed(self.now)
+        elif kind == "deliverable":
+            for w in both:
+                w.deliverable(frozenset(f"t{t}" for t in args[0]), self.now)
+        elif kind == "report":  # as storage.delay_control publishes: it reads the inputs
+            name = f"t{args[0]}"
+            report = self.watch.report(name, self.now)
+            inputs = self.twin.inputs(name, self.now)
+            fresh = self.fresh[name].decide(inputs, self.now)
+            assert (report["delay_ms"], report["binding"]) == (fresh.delay_ms, fresh.binding)
+            assert report["inputs"] == dataclasses.asdict(inputs)
+        else:
+            name = f"t{args[0]}"
+            reused = self.watch.decision(name, self.now)
+            fresh = self.fresh[name].decide(self.twin.inputs(name, self.now), self.now)
+            assert reused == fresh, (self.now, event)
+            self.bindings.add(reused.binding)
+
+
+_events = st.lists(st.one_of(
+    st.tuples(st.just("append"), st.integers(0, 1), st.integers(0, 2), st.integers(0, 40),
+              st.integers(1, 2_000), st.integers(1, 4 * MIB)),
+    st.tuples(st.just("deliver"), st.integers(0, 1), st.integers(0, 2), st.integers(0, 3_000)),
+    st.tuples(st.just("buffered"), st.integers(0, 80 * MIB), st.integers(0, 300_000)),
+    st.tuples(st.just("acks"), st.integers(0, 1), st.integers(0, 3)),
+    st.tuples(st.just("kafka_ok"), st.floats(0, 2_000)),
+    st.tuples(st.just("kafka_failed")),
+    st.tuples(st.just("deliverable"), st.sets(st.integers(0, 1))),
+    st.tuples(st.just("decide"), st.integers(0, 1)),
+    st.tuples(st.just("report"), st.integers(0, 1)),
+    st.tuples(st.just("clock"), st.integers(-300, 12_000)),
+), max_size=120)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_events)
+def test_reused_decisions_equal_decisions_from_fresh_inputs(
+        events: list[tuple[Any, ...]]) -> None:
+    replay = Replay()
+    for event in events:
+        replay.step(event)
+
+
+def _random_event(rng: random.Random) -> tuple[Any, ...]:
+    roll = rng.random()
+    if roll < 0.35:
+        return ("append", rng.randrange(2), rng.randrange(3), rng.randrange(60),
+                rng.randint(1, 300), rng.randint(100, rng.choice([64, 2_048]) * 1024))
+    if roll < 0.63:
+        return ("decide", rng.randrange(2))
+    if roll < 0.65:
+        return ("report", rng.randrange(2))
+    if roll < 0.82:
+        step = rng.choice([rng.randint(0, 40), rng.randint(0, 400), rng.randint(-250, 0),
+                           rng.randint(2_000, 12_000)])
+        return ("clock", step)
+    if roll < 0.92:
+        return ("deliver", rng.randrange(2), rng.randrange(3), rng.randint(0, 1_500))
+    if roll < 0.95:
+        return ("buffered", rng.randint(0, 30 * MIB), rng.randint(0, 250_000))
+    if roll < 0.98:
+        return ("kafka_ok", rng.uniform(0, 1_500))
+    if roll < 0.985:
+        return ("acks", rng.randrange(2), rng.randrange(3))
+    if roll < 0.995:
+        return ("deliverable", {t for t in range(2) if rng.random() < 0.8})
+    return ("kafka_failed",)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_reused_decisions_equal_fresh_ones_over_long_random_runs(seed: int) -> None:
+    replay = Replay()
+    replay.step(("deliverable", {0, 1}))
+    rng = random.Random(seed)
+
+    for _ in range(4_000):
+        replay.step(_random_event(rng))
+
+    # The runs reach the constraints the reuse could get wrong.
+    assert {Binding.DELIVERY_LATENCY, Binding.MAX_DELAY, Binding.RISK_RECORDS, Binding.SENDERS,
+            Binding.MEMORY, Binding.KAFKA_UNHEALTHY} <= replay.bindings

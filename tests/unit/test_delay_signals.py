@@ -4,35 +4,50 @@ from __future__ import annotations
 
 import pytest
 
-from storage.policy.signals import AppendTimes, LatencySketch, RateWindow, SenderWindow
+from storage.policy.signals import AppendTimes, IngressRates, LatencySketch, SenderWindow
 
 
-def test_rate_window_short_and_long_rates() -> None:
-    rates = RateWindow(bucket_ms=100, short_ms=1_000, long_ms=10_000)
+def test_ingress_rates_short_and_long_windows() -> None:
+    rates = IngressRates(bucket_ms=100, short_ms=1_000, long_ms=10_000)
     for t in range(0, 10_000, 100):
-        rates.add(t, 100)  # 1000/s for 10 s
+        rates.add(t, 100, 25_600)  # 1000 records/s, 256 000 bytes/s, for 10 s
 
-    short, long = rates.per_second(9_999)
-    assert short == pytest.approx(1_000)
-    assert long == pytest.approx(1_000)
+    assert rates.records_per_second(9_999) == pytest.approx((1_000, 1_000))
+    assert rates.bytes_per_second(9_999) == pytest.approx((256_000, 256_000))
 
 
-def test_rate_window_feels_a_burst_at_once_and_forgets_it_slowly() -> None:
-    rates = RateWindow(bucket_ms=100, short_ms=1_000, long_ms=10_000)
+def test_ingress_rates_feel_a_burst_at_once_and_forget_it_slowly() -> None:
+    rates = IngressRates(bucket_ms=100, short_ms=1_000, long_ms=10_000)
     for t in range(0, 1_000, 100):
-        rates.add(t, 1_000)  # 10 000/s for one second
+        rates.add(t, 1_000, 2_000)  # 10 000 records/s (20 000 bytes/s) for one second
 
-    assert rates.peak_per_second(999) == pytest.approx(10_000)
-    assert rates.peak_per_second(5_000) == pytest.approx(1_000)  # 10 000 over 10 s
-    assert rates.peak_per_second(11_000) == 0
+    assert rates.peaks(999) == pytest.approx((20_000, 10_000))
+    assert rates.peaks(5_000) == pytest.approx((2_000, 1_000))  # over the 10 s window
+    assert rates.peaks(11_000) == (0, 0)
 
 
-def test_rate_window_skips_a_long_silence() -> None:
-    rates = RateWindow()
-    rates.add(0, 500)
-    rates.add(3_600_000, 100)
+def test_ingress_rates_skip_a_long_silence() -> None:
+    rates = IngressRates()
+    rates.add(0, 500, 1_000)
+    rates.add(3_600_000, 100, 300)
 
-    assert rates.per_second(3_600_000)[1] == pytest.approx(10)
+    assert rates.records_per_second(3_600_000)[1] == pytest.approx(10)
+    assert rates.bytes_per_second(3_600_000)[1] == pytest.approx(30)
+
+
+def test_ingress_rates_read_within_the_newest_bucket_leave_it_as_it_is() -> None:
+    rates = IngressRates(bucket_ms=100, short_ms=1_000, long_ms=10_000)
+    rates.add(1_050, 10, 100)
+
+    first = rates.peaks(1_060)
+    again = rates.peaks(1_099)
+    earlier = rates.peaks(1_000)   # a clock that stepped back: nothing moves
+    head = rates.head
+    turned = rates.peaks(1_100)    # the next bucket
+
+    assert first == again == earlier == (100, 10)  # bytes/s, records/s over 1 s
+    assert head == 10 and rates.head == 11
+    assert turned == (100, 10)  # the bucket of 1 050 is still in the short window
 
 
 def test_sender_window_forgets_silent_senders() -> None:
@@ -44,6 +59,17 @@ def test_sender_window_forgets_silent_senders() -> None:
     assert senders.count(5_000) == 2
     assert senders.count(12_000) == 1
     assert senders.count(20_000) == 0
+
+
+def test_sender_window_prunes_at_most_every_tenth_of_the_window() -> None:
+    senders = SenderWindow(window_ms=10_000)
+    senders.seen(0, "a")
+    senders.seen(500, "b")
+
+    assert senders.count(10_000) == 1       # pruned: "a" left the window
+    assert senders.next_prune_ms == 11_000
+    assert senders.count(10_900) == 1       # "b" left too, but no pruning before 11 000
+    assert senders.count(11_000) == 0
 
 
 def test_latency_sketch_high_quantile_within_a_bucket() -> None:
@@ -62,6 +88,18 @@ def test_latency_sketch_decays_old_samples() -> None:
         sketch.add(t, 100.0)
 
     assert sketch.value_ms is not None and sketch.value_ms < 200
+
+
+def test_latency_sketch_two_samples_at_once_as_two_adds() -> None:
+    one_by_one = LatencySketch(quantile=0.9, half_life_ms=1_000)
+    both = LatencySketch(quantile=0.9, half_life_ms=1_000)
+    for t in range(0, 5_000, 100):
+        one_by_one.add(t, 10.0 + t, 0.5)
+        one_by_one.add(t, 30.0 + t, 0.5)
+        both.add_two(t, 10.0 + t, 30.0 + t, 0.5)
+
+    assert both.value_ms == one_by_one.value_ms
+    assert both.weight == one_by_one.weight
 
 
 def test_latency_sketch_empty_has_no_value() -> None:

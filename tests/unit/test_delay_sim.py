@@ -10,7 +10,7 @@ import pytest
 
 from bench.delay_sim.engine import Policy, Simulation, simulate
 from bench.delay_sim.model import Kafka, Producers, Subscription, Topic, Workload
-from bench.delay_sim.report import run_summary
+from bench.delay_sim.report import budgets, run_summary
 from storage.policy.adaptive import DelayLimits
 
 POLICIES = [Policy("adaptive"), Policy("fixed 0 ms", 0), Policy("fixed 1 s", 1_000),
@@ -133,3 +133,21 @@ def test_a_kafka_failure_delays_hardening_without_losing_records() -> None:
     assert result.written + result.dropped == result.produced
     # Nothing that waited out the failure was answered before the failure ended.
     assert max(result.ack_latencies_ms) >= 9_000
+
+
+def test_the_memory_budget_is_kept_only_below_the_throttle_line() -> None:
+    """Kiln throttles producers past 80 % of the buffer budget, which the simulated producers
+    do not feel: a run above that line has not kept the memory budget."""
+    workload = small_workload()
+    run = simulate(workload, Policy("fixed 1 s", 1_000))  # its buffer ignores the budget
+    peak = run.buffer_bytes.healthy_peak
+
+    def memory_kept(budget_bytes: int) -> bool:
+        limits = dataclasses.replace(workload.limits, memory_budget_bytes=budget_bytes)
+        [memory] = [b for b in budgets(run, dataclasses.replace(workload, limits=limits))
+                    if b.name == "memory"]
+        return memory.kept
+
+    assert peak > 0
+    assert memory_kept(int(peak / 0.75))          # the peak at 75 % of the budget
+    assert not memory_kept(int(peak / 0.9) + 1)   # at 90 %: throttled, never refused
