@@ -3,14 +3,20 @@
 Each partition has one writer, and a fencing id `kiln-harden.<topic>.<partition>`: recovery
 calls InitProducerId with it, which bumps the producer epoch so any earlier writer of the
 partition (a zombie Kiln process) is refused from then on. The id is used only for fencing;
-no transaction is ever started. Then the tail of the partition is read: every record Kiln
-writes carries its Kiln offset in a `kiln.offset` header, so the last one tells where to
-resume, and sequence numbers start again at 0 under the new epoch.
+no transaction is ever started. Then the tail of the partition is read: the Kiln offset of
+its last record tells where to resume, and sequence numbers start again at 0 under the new
+epoch.
 
-A write re-encodes the batches (iter_hardened_batches, which merges small client batches)
-and pipelines them to the leader with acks=-1, one batch per Produce request. Any failure
-leaves the writer needing recover() again: some of the write may have landed, and only
-Kafka knows how much.
+A hardened record's Kiln offset is its `kiln.offset` header, or its Kafka offset when it has
+none (proxy.protocol.records). The writer tracks the partition's next Kafka offset: while it
+equals the next Kiln offset to write, client batches are forwarded whole and need no header;
+once records were dropped, they are re-encoded with one. Either way, the last record in the
+partition says where hardening stopped.
+
+A write pipelines the batches to the leader with acks=-1, one batch per Produce request. Any
+failure leaves the writer needing recover() again: some of the write may have landed, and
+only Kafka knows how much. Kiln must be the only writer of a hardened topic: a record
+another producer put there shifts the Kafka offsets that forwarded batches rely on.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ _SEQUENCE_MODULUS = 1 << 31
 _TAIL_FETCH_BYTES = 4 * 1024 * 1024
 _MAX_TAIL_FETCH_BYTES = 64 * 1024 * 1024
 _TAIL_WINDOW_GROWTH = 8
-# Only the hardener should write to a hardened topic; how far back to look past others' writes.
+# How far back to look past batches without data records before giving up.
 _MAX_LOOK_BACK_RECORDS = 1_000_000
 
 
@@ -66,6 +72,7 @@ class WriteResult:
     batches: int
     first_base_offset: int | None  # Kafka offset of the first record written
     last_base_offset: int | None  # Kafka base offset of the last batch written
+    forwarded_records: int = 0  # records of client batches forwarded whole (not re-encoded)
 
 
 NOTHING_WRITTEN = WriteResult(None, 0, 0, 0, None, None)
@@ -74,13 +81,16 @@ NOTHING_WRITTEN = WriteResult(None, 0, 0, 0, None, None)
 class _Progress:
     """Tallies of one write, as the broker acknowledges it."""
 
-    def __init__(self) -> None:
+    def __init__(self, kafka_end: int) -> None:
         self.records = 0
+        self.forwarded_records = 0
         self.bytes = 0
         self.batches = 0
         self.last_kiln_offset = -1
         self.first_base_offset: int | None = None
         self.last_base_offset: int | None = None
+        self.kafka_end = kafka_end  # the partition's next Kafka offset, as far as known
+        self.misplaced = 0  # header-less batches that did not land at their Kiln offset
 
     def acknowledged(self, result: ProduceResult, batch: HardenedBatch) -> None:
         # A DUPLICATE_SEQUENCE_NUMBER answer carries no offset.
@@ -89,9 +99,17 @@ class _Progress:
             self.first_base_offset = offset
         self.last_base_offset = offset
         self.records += batch.record_count
+        if batch.forwarded:
+            self.forwarded_records += batch.record_count
         self.bytes += len(batch.data)
         self.batches += 1
         self.last_kiln_offset = batch.last_kiln_offset
+        if offset is None:
+            self.kafka_end += batch.record_count
+            return
+        if not batch.kiln_headers and offset != batch.first_kiln_offset:
+            self.misplaced += 1
+        self.kafka_end = offset + batch.record_count
 
 
 class HardenedPartitionWriter:
@@ -123,6 +141,7 @@ class HardenedPartitionWriter:
         self._producer_epoch = -1
         self._sequence = 0
         self._next_kiln_offset = 0
+        self._kafka_end = 0  # the partition's next Kafka offset
         self._ready = False
 
     @property
@@ -147,15 +166,17 @@ class HardenedPartitionWriter:
         )
         self._producer_id, self._producer_epoch, self._sequence = pid, epoch, 0
         try:
-            resume = await resume_offset(self._client, self.topic, self.partition)
+            resume, self._kafka_end = await tail_position(self._client, self.topic,
+                                                          self.partition)
         except StorageError:
             raise
         except KafkaError as exc:
             raise self._undecodable(exc, "tail of the partition") from exc
         self._next_kiln_offset = 0 if resume is None else resume
         self._ready = True
-        log.info("hardening %s[%d] resumes at Kiln offset %s (producer %d epoch %d)",
-                 self.topic, self.partition, resume, pid, epoch)
+        log.info("hardening %s[%d] resumes at Kiln offset %s, Kafka offset %d "
+                 "(producer %d epoch %d)", self.topic, self.partition, resume,
+                 self._kafka_end, pid, epoch)
         return resume
 
     async def write(self, batches: Sequence[StoredBatch], skip_below: int) -> WriteResult:
@@ -181,6 +202,7 @@ class HardenedPartitionWriter:
             producer_epoch=self._producer_epoch,
             base_sequence=self._sequence,
             max_batch_bytes=self._max_batch_bytes,
+            kafka_end=self._kafka_end,
         )
         try:
             stats = await self._send_all(sender, built)
@@ -193,6 +215,13 @@ class HardenedPartitionWriter:
             return NOTHING_WRITTEN
         self._sequence = (self._sequence + stats.records) % _SEQUENCE_MODULUS
         self._next_kiln_offset = stats.last_kiln_offset + 1
+        self._kafka_end = stats.kafka_end
+        if stats.misplaced:
+            # Only another producer writing to the topic does this; those records' Kafka
+            # offsets no longer name their Kiln offsets.
+            log.error("%s[%d]: %d forwarded batches landed away from their Kiln offsets: "
+                      "something besides Kiln writes to this hardened topic", self.topic,
+                      self.partition, stats.misplaced)
         self._ready = True
         log.debug("hardened %s[%d] up to Kiln offset %d: %d records in %d batches",
                   self.topic, self.partition, stats.last_kiln_offset, stats.records,
@@ -204,6 +233,7 @@ class HardenedPartitionWriter:
             stats.batches,
             stats.first_base_offset,
             stats.last_base_offset,
+            stats.forwarded_records,
         )
 
     def _undecodable(self, exc: KafkaError, what: str) -> HardenedStoreRejected:
@@ -217,7 +247,7 @@ class HardenedPartitionWriter:
         """Send batches as they are built, one per request (Apache Kafka refuses Produce v3+
         requests holding more than one batch per partition), up to max_in_flight at once;
         encoding the next batch overlaps with the broker storing the last ones."""
-        progress = _Progress()
+        progress = _Progress(self._kafka_end)
         in_flight: collections.deque[tuple[asyncio.Future[Message], HardenedBatch]] = (
             collections.deque()
         )
@@ -249,26 +279,32 @@ class HardenedPartitionWriter:
 
 
 async def resume_offset(client: KafkaClient, topic: str, partition: int) -> int | None:
-    """The Kiln offset after the last Kiln record in a Kafka partition (None if it holds
-    none), looking further back (in growing windows) past any records that carry none.
+    """The Kiln offset after the last record in a Kafka partition (None if it holds none).
     Read-only: it fences nobody."""
+    return (await tail_position(client, topic, partition))[0]
+
+
+async def tail_position(client: KafkaClient, topic: str, partition: int
+                        ) -> tuple[int | None, int]:
+    """(the Kiln offset after the last data record in a Kafka partition, or None if it
+    holds none; the partition's high watermark), looking further back (in growing windows)
+    past batches that hold no data record (transaction markers)."""
     high_watermark = end = await client.high_watermark(topic, partition)
     span = 1
     while end > 0:
         start = max(0, end - span)
         found, log_start = await _last_kiln_offset_in(client, topic, partition, start, end)
         if found is not None:
-            return found + 1
+            return found + 1, high_watermark
         if start <= log_start:
-            return None
+            return None, high_watermark
         if high_watermark - start >= _MAX_LOOK_BACK_RECORDS:
-            # A topic Kiln never wrote to (or that others wrote to since): do not read it all.
-            log.warning("%s[%d]: no Kiln record in the last %d records; treating the "
+            log.warning("%s[%d]: no data record in the last %d offsets; treating the "
                         "partition as holding none", topic, partition, high_watermark - start)
-            return None
+            return None, high_watermark
         end = start
         span *= _TAIL_WINDOW_GROWTH
-    return None
+    return None, high_watermark
 
 
 async def _last_kiln_offset_in(client: KafkaClient, topic: str, partition: int, start: int,

@@ -59,6 +59,7 @@ class HardenerSettings:
 @dataclass
 class HardenerCounters:
     records_hardened: int = 0
+    records_forwarded: int = 0  # of records_hardened: in client batches forwarded whole
     bytes_hardened: int = 0
     batches_written: int = 0
     errors: int = 0
@@ -125,9 +126,14 @@ class Hardener:
         return self._wakeups.setdefault(tp, asyncio.Event())
 
     def appended(self, tp: TopicPartition) -> None:
-        """Records were appended through this process: wake the partition if it was idle."""
+        """Records were appended through this process: wake the partition if it was idle, or
+        start its task if it has none yet (a topic created a moment ago: the next topic scan
+        would come up to `topic_scan_s` later)."""
         if tp in self._idle_empty:
             self._wakeup(tp).set()
+        elif tp not in self._tasks and self._supervisor is not None \
+                and not self._stopping.is_set():
+            self._start_partition(tp)
 
     async def _supervise(self) -> None:
         """Start a task for every partition as topics appear. (An idle partition's task
@@ -146,9 +152,12 @@ class Hardener:
             for partition in range(config.partitions):
                 tp = TopicPartition(config.name, partition)
                 if tp not in self._tasks or self._tasks[tp].done():
-                    self._tasks[tp] = asyncio.create_task(
-                        self._run_partition(tp), name=f"kiln-harden-{tp.topic}-{partition}"
-                    )
+                    self._start_partition(tp)
+
+    def _start_partition(self, tp: TopicPartition) -> None:
+        self._tasks[tp] = asyncio.create_task(
+            self._run_partition(tp), name=f"kiln-harden-{tp.topic}-{tp.partition}"
+        )
 
     async def _take_flush_requests(self) -> None:
         """Flushes asked for through Redis (`kiln flush`); the lease holder does the work."""
@@ -260,6 +269,7 @@ class Hardener:
             result = await writer.write(to_write, write_from)
             self._delay.kafka_write((time.monotonic() - started) * 1000, self._clock())
             self.counters.records_hardened += result.records
+            self.counters.records_forwarded += result.forwarded_records
             self.counters.bytes_hardened += result.bytes
             self.counters.batches_written += result.batches
             per_topic = self.counters.per_topic_records

@@ -1,7 +1,8 @@
 """Read-through: records below the log queue, read back from the hardened Kafka topic.
 
-Every record Kiln hardens carries its Kiln offset in a `kiln.offset` header; a record without
-one (written before Kiln adopted the topic) has its Kafka offset as Kiln offset. Kiln offsets
+A hardened record's Kiln offset is its `kiln.offset` header; a record without one (forwarded
+while the partition's Kafka offsets equalled its Kiln offsets, or written before Kiln adopted
+the topic) has its Kafka offset as Kiln offset (proxy.protocol.records). Kiln offsets
 increase along a Kafka partition, with gaps where records were delivered and dropped or never
 hardened, so the first record at or above a wanted Kiln offset is found by binary search over
 Kafka batches, narrowed (for a consumer reading on, settled) by KilnPositions. Records come

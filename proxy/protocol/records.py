@@ -1,11 +1,22 @@
-"""Record batches opened up: decoding them, re-encoding survivors for the hardened store, and
-rebuilding hardened batches in Kiln offsets when they are read back (read-through).
+"""Record batches opened up: forwarding or re-encoding survivors for the hardened store,
+decoding them, and rebuilding hardened batches in Kiln offsets when they are read back
+(read-through).
 
-Client batches are stored whole, but when they are hardened every record gets a `kiln.offset`
-header (its Kiln offset, 8 bytes big-endian) so that, after a crash, the tail of the Kafka
-partition says exactly how far hardening got. The records are decoded and re-encoded with
-aiokafka's C record code; small client batches are merged on the way, because a broker pays
-per batch.
+Every hardened record is traceable to its Kiln offset (DESIGN §5), one of two ways:
+
+- its Kafka offset is its Kiln offset. A partition's Kiln and Kafka offsets start equal (a
+  new topic starts both at 0; an adopted one starts Kiln's after Kafka's), and stay equal
+  while every record is hardened. Then client batches are forwarded whole, as the client
+  encoded and compressed them, with only the 61-byte header's producer fields and CRC
+  rewritten: no record is decoded.
+- a `kiln.offset` header (8 bytes big-endian) on the record. Once records were dropped
+  (delivered before their delay ran out, or never to be hardened), the partition's Kafka
+  offsets trail its Kiln offsets for good, and records are decoded and re-encoded with
+  aiokafka's C record code, each gaining the header.
+
+A record's Kiln offset is therefore its last `kiln.offset` header, or its Kafka offset when
+it has none; recovery, read-through and the Spark jobs all read it so. Small client batches
+are merged on the way, because a broker pays per batch.
 
 Compression is done here rather than by aiokafka's builder, which compresses gzip and lz4 at
 level 9: level 1 is several times faster and compresses 100-byte records nearly as well.
@@ -43,6 +54,13 @@ _ATTRIBUTES_AT = 21
 _LOG_OVERHEAD = 12  # base_offset + batch_length precede what batch_length counts
 _MAGIC_AT = 16
 _SEQUENCE_MODULUS = 1 << 31
+_LEADER_EPOCH_AT = 12
+_PRODUCER = struct.Struct(">qhi")  # producer_id, producer_epoch, base_sequence
+_PRODUCER_AT = 43
+# Client batches with fewer records and fewer bytes than these are merged when hardened, not
+# forwarded: a broker pays per batch.
+MIN_FORWARD_RECORDS = 64
+MIN_FORWARD_BYTES = 16 * 1024
 
 Header = tuple[str, bytes | None]
 
@@ -55,6 +73,10 @@ class HardenedBatch:
     first_kiln_offset: int
     last_kiln_offset: int
     record_count: int
+    # Its records carry `kiln.offset` headers; without, their Kafka offsets are their Kiln
+    # offsets (the batch must land at Kafka offset first_kiln_offset).
+    kiln_headers: bool = True
+    forwarded: bool = False  # the client's batch as it was encoded, header rewritten
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,18 +148,33 @@ def build_hardened_batches(
     producer_epoch: int,
     base_sequence: int,
     max_batch_bytes: int,
+    kafka_end: int | None = None,
 ) -> list[HardenedBatch]:
-    """Re-encode the records of client batches at or above Kiln offset `skip_below`.
+    """The batches that harden the records of client batches at or above Kiln offset
+    `skip_below`, in order.
 
     Each source is (Kiln offset of the batch's first record, the client batch). Records keep
-    their order, key, value, headers and timestamp and gain a `kiln.offset` header; they are
-    packed into batches of at most `max_batch_bytes` uncompressed (so compressed ones are
-    smaller still; a single larger record gets a batch of its own), each compressed with the
-    codec of its first source batch and stamped with the producer and consecutive sequences.
+    their order, key, value, headers and timestamp. Their lineage (DESIGN §5) is one of two:
+
+    - Kafka offset = Kiln offset. While the records continue the Kafka partition exactly
+      (`kafka_end`, its next Kafka offset, is the first Kiln offset written, and no Kiln
+      offset is skipped after it), the Kafka offset each record gets *is* its Kiln offset and
+      it needs no header. A client batch of MIN_FORWARD_RECORDS records or MIN_FORWARD_BYTES
+      (and at most `max_batch_bytes`) is then forwarded whole, as the client encoded and
+      compressed it, with only its producer fields and CRC rewritten; smaller ones are
+      merged.
+    - A `kiln.offset` header. From the first Kiln offset that does not continue Kafka's
+      offsets (records delivered and dropped, or not to be hardened; or `kafka_end` None)
+      every record gets one, appended after the client's own.
+
+    Re-encoded records are packed into batches of at most `max_batch_bytes` uncompressed (so
+    compressed ones are smaller still; a single larger record gets a batch of its own), each
+    compressed with the codec of its first source batch. Every batch is stamped with the
+    producer and consecutive sequences.
     """
     return list(iter_hardened_batches(
         sources, skip_below, producer_id=producer_id, producer_epoch=producer_epoch,
-        base_sequence=base_sequence, max_batch_bytes=max_batch_bytes,
+        base_sequence=base_sequence, max_batch_bytes=max_batch_bytes, kafka_end=kafka_end,
     ))
 
 
@@ -149,10 +186,73 @@ def iter_hardened_batches(
     producer_epoch: int,
     base_sequence: int,
     max_batch_bytes: int,
+    kafka_end: int | None = None,
 ) -> Iterator[HardenedBatch]:
     """build_hardened_batches one batch at a time, so sending can start before the last one
     is built."""
     sequence = base_sequence % _SEQUENCE_MODULUS
+    # The Kiln offset that keeps Kafka offset = Kiln offset; None once that is lost.
+    aligned_next = kafka_end
+    pending: list[tuple[int, bytes]] = []  # sources to re-encode, all in one lineage
+    pending_headed = False
+
+    def flush() -> Iterator[HardenedBatch]:
+        nonlocal sequence
+        for built in _reencoded(pending, skip_below, pending_headed, producer_id,
+                                producer_epoch, sequence, max_batch_bytes):
+            sequence = (sequence + built.record_count) % _SEQUENCE_MODULUS
+            yield built
+        pending.clear()
+
+    for kiln_base, data in sources:
+        batch = _checked_batch(data)
+        header = read_header(batch)
+        if header.is_control or kiln_base + header.record_count <= skip_below:
+            continue
+        first = max(kiln_base, skip_below)
+        if aligned_next is not None and first != aligned_next:
+            aligned_next = None
+        if aligned_next is None:
+            if pending and not pending_headed:
+                yield from flush()
+            pending_headed = True
+            pending.append((kiln_base, batch))
+            continue
+        aligned_next = kiln_base + header.record_count
+        if first == kiln_base and len(batch) <= max_batch_bytes and (
+                header.record_count >= MIN_FORWARD_RECORDS or len(batch) >= MIN_FORWARD_BYTES):
+            yield from flush()
+            yield HardenedBatch(
+                forward_batch(batch, producer_id=producer_id, producer_epoch=producer_epoch,
+                              base_sequence=sequence),
+                kiln_base, aligned_next - 1, header.record_count,
+                kiln_headers=False, forwarded=True,
+            )
+            sequence = (sequence + header.record_count) % _SEQUENCE_MODULUS
+            continue
+        pending.append((kiln_base, batch))
+    yield from flush()
+
+
+def forward_batch(batch: bytes, *, producer_id: int, producer_epoch: int,
+                  base_sequence: int) -> bytes:
+    """A client batch (CRC already checked) made ready for a Produce request from another
+    producer: base offset 0, no leader epoch, the given producer fields, CRC recomputed.
+    Attributes, timestamps and the records section stay as the client encoded them."""
+    out = bytearray(batch)
+    _INT64.pack_into(out, 0, 0)
+    _LENGTH.pack_into(out, _LEADER_EPOCH_AT, -1)
+    _PRODUCER.pack_into(out, _PRODUCER_AT, producer_id, producer_epoch, base_sequence)
+    _CRC.pack_into(out, _CRC_AT, crc32c.crc32c(memoryview(out)[_ATTRIBUTES_AT:]))
+    return bytes(out)
+
+
+def _reencoded(sources: Sequence[tuple[int, bytes]], skip_below: int, kiln_headers: bool,
+               producer_id: int, producer_epoch: int, base_sequence: int,
+               max_batch_bytes: int) -> Iterator[HardenedBatch]:
+    """Decode the records of checked client batches and build them into new batches, each
+    record with a `kiln.offset` header when `kiln_headers`."""
+    sequence = base_sequence
     builder: Any = None  # aiokafka's C builder (untyped)
     append: Any = None
     codec = CODEC_NONE
@@ -160,24 +260,22 @@ def iter_hardened_batches(
     first = last = -1
     pack = _INT64.pack
 
-    for kiln_base, data in sources:
-        batch = _checked_batch(data)
+    for kiln_base, batch in sources:
         header = read_header(batch)
-        if header.is_control or kiln_base + header.record_count <= skip_below:
-            continue
         delta_to_kiln = kiln_base - header.base_offset
         for record in DefaultRecordBatch(batch):
             kiln_offset = record.offset + delta_to_kiln
             if kiln_offset < skip_below:
                 continue
             headers = record.headers  # a fresh list per decoded record: extending it is safe
-            headers.append((KILN_OFFSET_HEADER, pack(kiln_offset)))
+            if kiln_headers:
+                headers.append((KILN_OFFSET_HEADER, pack(kiln_offset)))
             if append is not None:
                 if append(count, record.timestamp, record.key, record.value, headers) is not None:
                     count += 1
                     last = kiln_offset
                     continue
-                yield HardenedBatch(_finish(builder, codec), first, last, count)
+                yield HardenedBatch(_finish(builder, codec), first, last, count, kiln_headers)
                 sequence = (sequence + count) % _SEQUENCE_MODULUS
             codec = header.compression
             builder = DefaultRecordBatchBuilder(
@@ -189,7 +287,7 @@ def iter_hardened_batches(
             count = 1
             first = last = kiln_offset
     if builder is not None:
-        yield HardenedBatch(_finish(builder, codec), first, last, count)
+        yield HardenedBatch(_finish(builder, codec), first, last, count, kiln_headers)
 
 
 def _whole_batches(record_set: bytes | memoryview) -> Iterator[memoryview]:
@@ -253,16 +351,16 @@ def kiln_offset_of(headers: Sequence[Header]) -> int | None:
 
 
 def last_kiln_offset(record_set: bytes | memoryview) -> int | None:
-    """The largest Kiln offset in a fetched record set, or None if no record carries one."""
-    best: int | None = None
+    """The Kiln offset of the last data record in a fetched record set (its `kiln.offset`
+    header, or its Kafka offset when it has none), or None if the set holds no data record.
+    Kiln offsets increase along a hardened partition, so it is the largest one."""
+    last: int | None = None
     for view in _whole_batches(record_set):
         if not _is_data_batch(view):
             continue
-        for record in DefaultRecordBatch(_checked_batch(view)):
-            offset = kiln_offset_of(record.headers)
-            if offset is not None and (best is None or offset > best):
-                best = offset
-    return best
+        for located in _located(_checked_batch(view)):
+            last = located.kiln_offset if last is None else max(last, located.kiln_offset)
+    return last
 
 
 # --- Reading hardened records back, in Kiln offsets (read-through) -------------------------

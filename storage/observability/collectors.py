@@ -30,6 +30,10 @@ class HardenerCollector(Collector):
         for topic, count in sorted(c.per_topic_records.items()):
             records.add_metric([topic], count)
         yield records
+        yield CounterMetricFamily("kiln_hardened_forwarded_records",
+                                  "Of the records written to Kafka, those in client batches "
+                                  "forwarded whole (no record decoded)",
+                                  value=c.records_forwarded)
         yield CounterMetricFamily("kiln_hardened_bytes",
                                   "Record batch bytes written to Kafka by this process",
                                   value=c.bytes_hardened)

@@ -27,9 +27,9 @@ from kafka.admin import KafkaAdminClient
 from kafka.admin import NewTopic as KafkaPythonNewTopic
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
+from tests.lineage import split_lineage
 from tests.raw_client import RawClient
 
-KILN_OFFSET = "kiln.offset"
 BASE_TIMESTAMP_MS = 1_700_000_000_000
 
 Header = tuple[str, bytes | None]
@@ -54,21 +54,19 @@ class Hardened:
     """One record as read back from the hardened Kafka topic."""
 
     partition: int
+    offset: int  # in Kafka
     key: bytes | None
     value: bytes | None
     headers: tuple[Header, ...]
     timestamp_ms: int
 
     @property
-    def kiln_offset(self) -> int | None:
-        found = [v for k, v in self.headers if k == KILN_OFFSET]
-        if len(found) != 1 or found[0] is None or len(found[0]) != 8:
-            return None
-        return int(struct.unpack(">q", found[0])[0])
+    def kiln_offset(self) -> int:
+        return split_lineage(self.offset, self.headers)[0]
 
     @property
     def client_headers(self) -> tuple[Header, ...]:
-        return tuple(h for h in self.headers if h[0] != KILN_OFFSET)
+        return split_lineage(self.offset, self.headers)[1]
 
 
 def make_records(n: int) -> list[Record]:
@@ -277,7 +275,9 @@ def read_hardened(kafka_bootstrap: str, topic: str, partitions: int,
                     raise AssertionError(f"reading {topic}: {err}")
                 _kind, ts = msg.timestamp()
                 headers: Any = msg.headers() or ()
-                out[partition].append(Hardened(partition, msg.key(), msg.value(),
+                offset = msg.offset()
+                assert offset is not None
+                out[partition].append(Hardened(partition, offset, msg.key(), msg.value(),
                                                tuple(headers), ts))
     finally:
         consumer.close()
@@ -322,10 +322,10 @@ def expected_by_partition(records: Sequence[Record], delivered: Sequence[Deliver
 
 
 def as_sent(record: Record, kiln_offset: int) -> tuple[Any, ...]:
-    """A sent record as the hardened topic must show it: Kiln's header comes last."""
-    headers = (*record.headers, (KILN_OFFSET, struct.pack(">q", kiln_offset)))
-    return (record.key, record.value, headers, record.timestamp_ms)
+    """A sent record as the hardened topic must show it, at its Kiln offset."""
+    return (kiln_offset, record.key, record.value, record.headers, record.timestamp_ms)
 
 
 def as_read(record: Hardened) -> tuple[Any, ...]:
-    return (record.key, record.value, record.headers, record.timestamp_ms)
+    return (record.kiln_offset, record.key, record.value, record.client_headers,
+            record.timestamp_ms)

@@ -3,7 +3,6 @@ read the hardened topic back, directly from the Kafka broker."""
 
 from __future__ import annotations
 
-import struct
 import threading
 import time
 import uuid
@@ -13,7 +12,8 @@ from typing import Any
 
 import confluent_kafka
 
-KILN_OFFSET = "kiln.offset"
+from tests.lineage import kiln_offset
+
 PAD = b"." * 90
 
 
@@ -29,15 +29,8 @@ def seq_of(value: bytes | None) -> int:
 @dataclass(frozen=True, slots=True)
 class HardenedRecord:
     seq: int
-    kiln_offset: int | None
+    kiln_offset: int
     kafka_offset: int
-
-
-def kiln_offset_of(headers: Any) -> int | None:
-    found = [v for k, v in headers or () if k == KILN_OFFSET]
-    if len(found) != 1 or not isinstance(found[0], bytes) or len(found[0]) != 8:
-        return None
-    return int(struct.unpack(">q", found[0])[0])
 
 
 def read_partition(kafka_bootstrap: str, topic: str, partition: int = 0,
@@ -64,8 +57,8 @@ def read_partition(kafka_bootstrap: str, topic: str, partition: int = 0,
                     raise AssertionError(f"reading {topic}: {err}")
                 offset = msg.offset()
                 assert offset is not None
-                out.append(HardenedRecord(seq_of(msg.value()), kiln_offset_of(msg.headers()),
-                                          offset))
+                out.append(HardenedRecord(seq_of(msg.value()),
+                                          kiln_offset(offset, msg.headers()), offset))
     finally:
         consumer.close()
     assert at_end, f"end of {topic}[{partition}] not reached in {timeout_s}s"

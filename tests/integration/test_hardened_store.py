@@ -9,6 +9,7 @@ both refuse.
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
 import time
 from collections.abc import Awaitable, Callable
@@ -33,6 +34,7 @@ from storage.errors import Fenced
 from storage.hardened_store import HardenedPartitionWriter, WriteResult
 from storage.kafka.client import FetchResult, KafkaClient, ProduceResult
 from storage.model import Reliability, StoredBatch
+from tests.lineage import split_lineage
 
 pytestmark = pytest.mark.integration
 
@@ -78,8 +80,9 @@ def three_batches() -> tuple[list[StoredBatch], list[Sent]]:
     return [stored(chunk, codec) for chunk, codec in chunks], records
 
 
-def expected_headers(r: Sent) -> list[Header]:
-    return [*r.headers, ("kiln.offset", struct.pack(">q", r.kiln_offset))]
+def lineage(kafka_offset: int, headers: list[Header]) -> tuple[int, list[Header]]:
+    offset, client_headers = split_lineage(kafka_offset, headers)
+    return offset, list(client_headers)
 
 
 def run(bootstrap: str, body: Callable[[KafkaClient], Awaitable[T]]) -> T:
@@ -117,8 +120,9 @@ def consume(bootstrap: str, topic: str, count: int, partition: int = 0) -> list[
 
 def assert_exactly(received: list[Any], expected: list[Sent]) -> None:
     assert [r.offset for r in received] == list(range(len(expected)))
-    assert [(r.timestamp, r.key, r.value, list(r.headers)) for r in received] == [
-        (s.timestamp, s.key, s.value, expected_headers(s)) for s in expected
+    assert [(*lineage(r.offset, list(r.headers)), r.timestamp, r.key, r.value)
+            for r in received] == [
+        (s.kiln_offset, s.headers, s.timestamp, s.key, s.value) for s in expected
     ]
 
 
@@ -146,8 +150,10 @@ def test_written_batches_arrive_once_in_order_with_everything_intact(
     assert resume is None
     assert_exactly(consume(kafka_bootstrap, unique_topic, len(records)), records)
     assert high_watermark == len(records)
-    assert (result.last_kiln_offset, result.records, result.batches) == (119, 120, 1)
-    assert (result.first_base_offset, result.last_base_offset) == (0, 0)
+    # (the gzip and lz4 batches, 51 records, merged; the 69-record zstd one forwarded whole)
+    assert (result.last_kiln_offset, result.records, result.batches) == (119, 120, 2)
+    assert (result.first_base_offset, result.last_base_offset) == (0, 51)
+    assert result.forwarded_records == 69
     assert result.bytes > 0
 
 
@@ -274,10 +280,23 @@ def test_writes_below_what_recovery_saw_are_skipped_whatever_skip_below_says(
     assert_exactly(consume(kafka_bootstrap, unique_topic, 120), records)
 
 
-def test_recovery_looks_back_past_records_without_kiln_offsets(
+def produce_plain(bootstrap: str, topic: str, count: int) -> None:
+    """`count` records from an ordinary producer, straight into Kafka."""
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", batch_size=4096,
+                             linger_ms=5)
+    try:
+        for i in range(count):
+            producer.send(topic, value=b"plain-%d" % i, partition=0)
+        producer.flush(timeout=20)
+    finally:
+        producer.close(timeout=5)
+
+
+def test_recovery_resumes_after_the_last_record_whoever_wrote_it(
     kafka_bootstrap: str, unique_topic: str
 ) -> None:
-    # Given Kiln records followed by 500 records from an ordinary producer
+    # Given Kiln records at Kafka offsets 0..119, followed by 500 records from an ordinary
+    # producer (which Kiln must never allow: a hardened topic has one writer)
     batches, _ = three_batches()
 
     async def hardened(client: KafkaClient) -> None:
@@ -287,51 +306,92 @@ def test_recovery_looks_back_past_records_without_kiln_offsets(
         await writer.write(batches, skip_below=0)
 
     run(kafka_bootstrap, hardened)
-    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all", batch_size=4096,
-                             linger_ms=5)
-    try:
-        for i in range(500):
-            producer.send(unique_topic, value=b"plain-%d" % i, partition=0)
-        producer.flush(timeout=20)
-    finally:
-        producer.close(timeout=5)
+    produce_plain(kafka_bootstrap, unique_topic, 500)
 
     # When a writer recovers
     resume = run(kafka_bootstrap, lambda c: HardenedPartitionWriter(c, unique_topic, 0).recover())
 
-    # Then it finds the last Kiln record behind them
-    assert resume == 120
+    # Then the last record's lineage decides: without a header, its Kafka offset (619)
+    assert resume == 620
 
 
-def test_recovery_of_a_partition_without_kiln_records_finds_nothing(
+def test_an_adopted_partition_continues_at_its_kafka_offsets(
     kafka_bootstrap: str, unique_topic: str
 ) -> None:
-    # Given a partition holding only 300 records from an ordinary producer
-    async def create(client: KafkaClient) -> None:
-        await new_topic(client, unique_topic)
+    # Given a partition holding 300 records from an ordinary producer (Kiln adopts such a
+    # topic with its Kiln offsets starting at 300)
+    run(kafka_bootstrap, lambda c: new_topic(c, unique_topic))
+    produce_plain(kafka_bootstrap, unique_topic, 300)
 
-    run(kafka_bootstrap, create)
-    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all", batch_size=2048,
-                             linger_ms=5)
-    try:
-        for i in range(300):
-            producer.send(unique_topic, value=b"plain-%d" % i, partition=0)
-        producer.flush(timeout=20)
-    finally:
-        producer.close(timeout=5)
-
-    # When a writer recovers, then writes a batch
-    async def body(client: KafkaClient) -> tuple[int | None, int]:
+    # When a writer recovers, then writes a batch at Kiln offsets 300..309
+    async def body(client: KafkaClient) -> tuple[int | None, WriteResult, FetchResult]:
         writer = HardenedPartitionWriter(client, unique_topic, 0)
         resume = await writer.recover()
-        await writer.write([stored(make_records(0, 10), CODEC_NONE)], skip_below=0)
-        return resume, await client.high_watermark(unique_topic, 0)
+        result = await writer.write([stored(make_records(300, 10), CODEC_NONE)], skip_below=0)
+        return resume, result, await client.fetch(unique_topic, 0, 300, 1 << 20)
 
-    resume, high_watermark = run(kafka_bootstrap, body)
+    resume, result, fetched = run(kafka_bootstrap, body)
 
-    # Then there was nothing to resume after, and the batch lands after the plain records
-    assert resume is None
-    assert high_watermark == 310
+    # Then recovery resumes after the plain records, and the batch lands at Kafka offsets
+    # 300..309 without kiln.offset headers: Kafka offset = Kiln offset
+    assert resume == 300
+    assert (result.first_base_offset, result.records) == (300, 10)
+    decoded = decode_records(fetched.records)
+    assert [(r.offset, list(r.headers)) for r in decoded] == [
+        (s.kiln_offset, s.headers) for s in make_records(300, 10)
+    ]
+    assert fetched.high_watermark == 310
+
+
+def test_after_a_gap_records_carry_their_kiln_offsets_and_recovery_reads_them(
+    kafka_bootstrap: str, unique_topic: str
+) -> None:
+    # Given Kiln offsets 0..119 hardened (Kafka offsets 0..119), then 120..199 dropped as
+    # delivered, then a batch at Kiln offsets 200..299 to harden
+    batches, records = three_batches()
+    later = make_records(200, 100)
+
+    async def body(client: KafkaClient) -> tuple[WriteResult, WriteResult, int | None]:
+        await new_topic(client, unique_topic)
+        writer = HardenedPartitionWriter(client, unique_topic, 0)
+        await writer.recover()
+        first = await writer.write(batches, skip_below=0)
+        second = await writer.write([stored(later, CODEC_LZ4)], skip_below=0)
+        return first, second, await HardenedPartitionWriter(client, unique_topic, 0).recover()
+
+    first, second, resume = run(kafka_bootstrap, body)
+
+    # Then the first 120 records need no header, the next 100 land at Kafka offsets 120..219
+    # each with its Kiln offset 200..299, and recovery resumes after Kiln offset 299
+    received = consume(kafka_bootstrap, unique_topic, 220)
+    assert [r.offset for r in received] == list(range(220))
+    assert [lineage(r.offset, list(r.headers)) for r in received] == [
+        (s.kiln_offset, s.headers) for s in records + later
+    ]
+    assert all(list(r.headers) == s.headers for r, s in zip(received, records, strict=False))
+    assert (first.records, second.records, second.forwarded_records) == (120, 100, 0)
+    assert resume == 300
+
+
+def test_a_foreign_write_under_a_forwarded_batch_is_reported(
+    kafka_bootstrap: str, unique_topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a recovered writer of an empty partition, and then 5 records produced straight
+    # into Kafka behind its back
+    async def body(client: KafkaClient) -> WriteResult:
+        await new_topic(client, unique_topic)
+        writer = HardenedPartitionWriter(client, unique_topic, 0)
+        await writer.recover()
+        await asyncio.to_thread(produce_plain, kafka_bootstrap, unique_topic, 5)
+        # When it forwards a batch it believes lands at Kafka offset 0
+        return await writer.write([stored(make_records(0, 100), CODEC_NONE)], skip_below=0)
+
+    with caplog.at_level(logging.ERROR, logger="storage.hardened_store"):
+        result = run(kafka_bootstrap, body)
+
+    # Then the batch landed at offset 5, and the writer says its lineage is off
+    assert (result.first_base_offset, result.forwarded_records) == (5, 100)
+    assert any("landed away from their Kiln offsets" in m for m in caplog.messages)
 
 
 def test_write_before_recover_is_refused(kafka_bootstrap: str, unique_topic: str) -> None:
@@ -366,7 +426,8 @@ def test_a_large_write_is_pipelined_over_many_requests_and_arrives_once(
     result, resume = run(kafka_bootstrap, body)
 
     # Then all of them arrive once, in order
-    assert result.batches > 50
+    # (uncompressed batches above the 32 KiB limit split, compressed ones forwarded whole)
+    assert (result.batches, result.forwarded_records) == (30, 15_000)
     assert (result.records, result.first_base_offset, resume) == (20_000, 0, 20_000)
     assert_exactly(consume(kafka_bootstrap, unique_topic, 20_000), records)
 
@@ -388,11 +449,11 @@ def test_snappy_batches_are_hardened_snappy_and_read_back(
 
     fetched, next_offset = run(kafka_bootstrap, body)
 
-    # Then the batch is still snappy and every record is intact
+    # Then the batch is still snappy and every record is intact, at its Kiln offset
     assert read_header(fetched.records).compression == CODEC_SNAPPY
     decoded = decode_records(fetched.records)
     assert [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in decoded] == [
-        (i, s.timestamp, s.key, s.value, expected_headers(s)) for i, s in enumerate(records)
+        (s.kiln_offset, s.timestamp, s.key, s.value, s.headers) for s in records
     ]
     assert (fetched.high_watermark, next_offset) == (200, 200)
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import struct
 import time
+from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from proxy.protocol.errors import ErrorCode
 from tests.kiln_harness import RunningKiln, start_kiln
+from tests.lineage import kiln_offset as lineage_offset
 from tests.raw_client import RawClient, record_batch
 
 
@@ -33,9 +34,8 @@ def read_hardened(bootstrap: str, topic: str, partition: int, expected: int,
     return records
 
 
-def kiln_offset(record: object) -> int:
-    headers = dict(record.headers)  # type: ignore[attr-defined]
-    return int(struct.unpack(">q", headers["kiln.offset"])[0])
+def kiln_offset(record: Any) -> int:
+    return lineage_offset(record.offset, record.headers)
 
 
 def test_kafka_python_records_are_hardened_in_order_with_lineage(

@@ -262,10 +262,133 @@ def test_last_kiln_offset_reads_a_fetched_record_set() -> None:
     assert decode_records(fetched)[0].offset == 40
 
 
-def test_last_kiln_offset_is_none_without_kiln_headers() -> None:
-    # Given a batch written by an ordinary producer
-    plain = client_batch(sample_records(10))
+def test_a_record_without_a_kiln_header_has_its_kafka_offset_as_kiln_offset() -> None:
+    # Given a batch of 10 records without kiln.offset headers, fetched at Kafka offset 70
+    plain = with_base_offset(client_batch(sample_records(10)), 70)
 
-    # When read, Then no Kiln offset is found
-    assert last_kiln_offset(plain) is None
+    # When the last Kiln offset is read, Then it is the last record's Kafka offset
+    assert last_kiln_offset(plain) == 79
     assert last_kiln_offset(b"") is None
+
+
+# --- Forwarding while Kafka offsets are Kiln offsets ---------------------------------------
+
+
+def big_batch(n: int, codec: int = CODEC_NONE, start_ts: int = 1_700_000_000_000) -> bytes:
+    """A client batch large enough to be forwarded whole (n >= 64 records)."""
+    return client_batch(sample_records(n, start_ts), codec)
+
+
+def plan(sources: list[tuple[int, bytes]], *, kafka_end: int | None, skip_below: int = 0,
+         base_sequence: int = 0, max_batch_bytes: int = 1_000_000) -> list[HardenedBatch]:
+    return build_hardened_batches(sources, skip_below, base_sequence=base_sequence,
+                                  max_batch_bytes=max_batch_bytes, kafka_end=kafka_end,
+                                  **PRODUCER)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_an_aligned_batch_is_forwarded_byte_for_byte_but_its_header(codec: int) -> None:
+    # Given an idempotent client's batch at Kiln offset 500, and Kafka's partition ending at 500
+    source = bytearray(big_batch(300, codec))
+    struct.pack_into(">qhi", source, 43, 42, 1, 77)  # the client's producer fields
+    struct.pack_into(">I", source, 17, crc32c.crc32c(bytes(source[21:])))
+    source_bytes = bytes(source)
+
+    # When it is planned for hardening
+    [out] = plan([(500, source_bytes)], kafka_end=500, base_sequence=9)
+
+    # Then it goes as the client encoded it: only the producer fields and CRC change
+    assert (out.forwarded, out.kiln_headers) == (True, False)
+    assert (out.first_kiln_offset, out.last_kiln_offset, out.record_count) == (500, 799, 300)
+    header = read_header(out.data)
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (7001, 3, 9)
+    assert (header.base_offset, header.partition_leader_epoch) == (0, -1)
+    assert crc_ok(out.data)
+    assert out.data[HEADER_SIZE:] == source_bytes[HEADER_SIZE:]
+    assert out.data[21:43] == source_bytes[21:43]  # attributes, timestamps, counts
+    assert header.compression == codec
+    assert [(r.key, r.value, list(r.headers)) for r in decode_records(out.data)] == [
+        (key, value, headers) for _, key, value, headers in sample_records(300)
+    ]
+
+
+def test_small_aligned_batches_are_merged_without_headers() -> None:
+    # Given three small client batches at Kiln offsets 10..14, 15..19, 20..24; Kafka ends at 10
+    sources = [(10 + 5 * i, client_batch(sample_records(5))) for i in range(3)]
+
+    # When planned
+    [out] = plan(sources, kafka_end=10)
+
+    # Then one merged batch carries them, with no kiln.offset headers: Kafka offset 10 + i is
+    # Kiln offset 10 + i
+    assert (out.forwarded, out.kiln_headers) == (False, False)
+    assert (out.first_kiln_offset, out.record_count) == (10, 15)
+    records = decode_records(out.data)
+    assert all(kiln_offset_of(r.headers) is None for r in records)
+    assert [r.offset for r in records] == list(range(15))
+
+
+def test_a_gap_ends_alignment_for_the_rest_of_the_write() -> None:
+    # Given batches at Kiln offsets 0..299, then (300..599 dropped as delivered) 600..899 and
+    # 900..1199, with Kafka ending at 0
+    sources = [(0, big_batch(300)), (600, big_batch(300)), (900, big_batch(300))]
+
+    # When planned
+    out = plan(sources, kafka_end=0, base_sequence=5)
+
+    # Then the first is forwarded, and every record after the gap carries its Kiln offset
+    assert out[0].forwarded and not out[0].kiln_headers
+    assert all(b.kiln_headers and not b.forwarded for b in out[1:])
+    assert [kiln_offset_of(r.headers) for r in all_records(out[1:])] == list(range(600, 1200))
+    sequences = [read_header(b.data).base_sequence for b in out]
+    assert sequences[0] == 5 and sequences[1] == 305
+    assert sum(b.record_count for b in out) == 900
+
+
+def test_kafka_behind_or_ahead_of_kiln_offsets_means_headers_from_the_start() -> None:
+    # Given a batch at Kiln offset 100 and a Kafka partition ending at 40 (records were dropped
+    # before), or with no Kafka position known
+    sources = [(100, big_batch(300))]
+
+    for kafka_end in (40, None):
+        # When planned, Then every record gets its kiln.offset header
+        out = plan(sources, kafka_end=kafka_end)
+        assert all(b.kiln_headers and not b.forwarded for b in out)
+        assert [kiln_offset_of(r.headers) for r in all_records(out)] == list(range(100, 400))
+
+
+def test_resuming_inside_a_batch_stays_aligned_without_headers() -> None:
+    # Given a batch at Kiln offsets 0..299 of which Kafka already holds 0..119 (a crash cut a
+    # write short), then a whole batch at 300..599
+    sources = [(0, big_batch(300)), (300, big_batch(300))]
+
+    # When planned from Kiln offset 120, Kafka ending at 120
+    out = plan(sources, kafka_end=120, skip_below=120)
+
+    # Then the rest of the first is re-encoded without headers, the second forwarded
+    assert [(b.forwarded, b.kiln_headers, b.first_kiln_offset, b.record_count)
+            for b in out] == [(False, False, 120, 180), (True, False, 300, 300)]
+    values = [r.value for r in all_records(out)]
+    assert values == [v for _, _, v, _ in sample_records(300)[120:] + sample_records(300)]
+
+
+def test_an_aligned_batch_over_the_size_limit_is_split_without_headers() -> None:
+    # Given one aligned client batch larger than the hardened store's batch limit
+    source = big_batch(400)
+
+    # When planned with a 16 KiB limit
+    out = plan([(0, source)], kafka_end=0, max_batch_bytes=16_384)
+
+    # Then it is re-encoded into several batches, still without headers, nothing lost
+    assert len(out) > 1 and not any(b.forwarded or b.kiln_headers for b in out)
+    assert [r.value for r in all_records(out)] == [v for _, _, v, _ in sample_records(400)]
+
+
+def test_forwarding_refuses_a_corrupt_batch() -> None:
+    # Given an aligned client batch with a flipped byte in its records
+    data = bytearray(big_batch(300))
+    data[HEADER_SIZE + 10] ^= 0xFF
+
+    # When planned, Then the CRC check refuses it rather than forward it with a fresh CRC
+    with pytest.raises(KafkaError, match="CRC"):
+        plan([(0, bytes(data))], kafka_end=0)
