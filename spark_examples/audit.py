@@ -65,7 +65,7 @@ def run_audit(spark: SparkSession, source_format: str, options: Mapping[str, str
     """Read the topic once and return each partition's findings, listing at most `limit`
     gaps and duplicated offsets per partition (the counts are always complete)."""
     records = (with_lineage(read_batch(spark, source_format, options))
-               .select("topic", "partition", "kiln_offset", "has_lineage")
+               .select("topic", "partition", "kiln_offset", "kiln_header")
                .persist())
     try:
         totals = partition_totals(records).collect()

@@ -1,12 +1,20 @@
 """The audit's findings per partition — Kiln offsets present, gaps, duplicates — and their two
 renderings: JSON for scripts and a table for people. No Spark, no I/O.
 
+A record's Kiln offset is its `kiln.offset` header or, when it has none, its Kafka offset
+(`lineage`): both are Kiln's lineage, and the audit treats them alike. It counts the records
+without the header apart (`without_kiln_header`) for information only: a partition holds
+them from its start until Kiln first drops a record, so a topic that never dropped one has
+nothing else, and any count is normal.
+
 A gap is a run of Kiln offsets between the lowest and the highest present that the hardened
-topic does not hold. Gaps are expected where records never had to be hardened (delivered
-to every durable subscription first, or non-persistent levels); with the topic policy
-`harden = all`, or no durable subscriptions, a persistent record in a gap was lost.
-Duplicates (a Kiln offset present more than once) are never expected: Kiln's hardening is
-exactly-once.
+topic does not hold. Header-less records sit at consecutive Kafka offsets, so Kiln leaves no
+gap among them; gaps come where Kiln dropped records, which is also where the headers start.
+Gaps are expected where records never had to be hardened (delivered to every durable
+subscription first, or non-persistent levels); with the topic policy `harden = all`, or no
+durable subscriptions, a persistent record in a gap was lost. Duplicates (a Kiln offset
+present more than once, whether each copy carries it in a header or as its Kafka offset)
+are never expected: Kiln's hardening is exactly-once.
 """
 
 from __future__ import annotations
@@ -23,7 +31,8 @@ OffsetSpan = tuple[int, int]  # first, last (inclusive)
 class PartitionAudit:
     """What one partition holds. `gaps` and `duplicates` list at most the audit's listing
     limit each; `gap_count`, `missing`, `duplicated_offsets` and `duplicate_records` are
-    always complete."""
+    always complete. `without_kiln_header` counts the records whose Kiln offset is their
+    Kafka offset (no `kiln.offset` header): information, not a finding."""
 
     topic: str
     partition: int
@@ -31,7 +40,7 @@ class PartitionAudit:
     kiln_offsets: int
     min_offset: int
     max_offset: int
-    without_lineage: int
+    without_kiln_header: int
     gaps: tuple[OffsetSpan, ...]
     gap_count: int
     duplicates: tuple[tuple[int, int], ...]  # kiln offset, copies
@@ -58,7 +67,7 @@ class PartitionAudit:
             "records": self.records,
             "kiln_offsets": {"count": self.kiln_offsets, "min": self.min_offset,
                              "max": self.max_offset},
-            "without_lineage": self.without_lineage,
+            "without_kiln_header": self.without_kiln_header,
             "gaps": [list(gap) for gap in self.gaps],
             "gap_count": self.gap_count,
             "missing": self.missing,
@@ -101,7 +110,7 @@ def partition_audit(totals: Mapping[str, Any], runs: Sequence[OffsetSpan], run_c
                     duplicates: Sequence[tuple[int, int]], duplicated_offsets: int,
                     limit: int) -> PartitionAudit:
     """One partition's findings from the Spark aggregates: `totals` (topic, partition,
-    records, kiln_offsets, min_offset, max_offset, without_lineage), its first runs of
+    records, kiln_offsets, min_offset, max_offset, without_kiln_header), its first runs of
     present offsets (at least limit + 1 of them when there are that many) and how many runs
     there are, and its first duplicated offsets and how many there are."""
     return PartitionAudit(
@@ -111,7 +120,7 @@ def partition_audit(totals: Mapping[str, Any], runs: Sequence[OffsetSpan], run_c
         kiln_offsets=int(totals["kiln_offsets"]),
         min_offset=int(totals["min_offset"]),
         max_offset=int(totals["max_offset"]),
-        without_lineage=int(totals["without_lineage"]),
+        without_kiln_header=int(totals["without_kiln_header"]),
         gaps=tuple(gaps_between(runs)[:limit]),
         gap_count=max(0, run_count - 1),
         duplicates=tuple(duplicates[:limit]),
@@ -120,14 +129,14 @@ def partition_audit(totals: Mapping[str, Any], runs: Sequence[OffsetSpan], run_c
 
 
 def audit_offsets(topic: str, partition: int, kiln_offsets: Sequence[int],
-                  without_lineage: int = 0, limit: int = 1000) -> PartitionAudit:
+                  without_kiln_header: int = 0, limit: int = 1000) -> PartitionAudit:
     """The same findings from a plain list of Kiln offsets (one per record read), for
     readers other than Spark and as the reference the Spark audit is checked against."""
     runs = contiguous_ranges(kiln_offsets)
     duplicates = duplicates_of(kiln_offsets)
     totals = {"topic": topic, "partition": partition, "records": len(kiln_offsets),
               "kiln_offsets": len(set(kiln_offsets)), "min_offset": min(kiln_offsets),
-              "max_offset": max(kiln_offsets), "without_lineage": without_lineage}
+              "max_offset": max(kiln_offsets), "without_kiln_header": without_kiln_header}
     return partition_audit(totals, runs, len(runs), duplicates, len(duplicates), limit)
 
 
@@ -142,7 +151,7 @@ def report_json(partitions: Sequence[PartitionAudit], **context: Any) -> dict[st
             "records": sum(p.records for p in partitions),
             "missing": sum(p.missing for p in partitions),
             "duplicate_records": sum(p.duplicate_records for p in partitions),
-            "without_lineage": sum(p.without_lineage for p in partitions),
+            "without_kiln_header": sum(p.without_kiln_header for p in partitions),
         },
     }
 
@@ -157,10 +166,10 @@ def render_table(partitions: Sequence[PartitionAudit]) -> str:
     if not partitions:
         return "no records found"
     header = ("topic", "partition", "records", "kiln offsets", "min", "max", "gaps",
-              "missing", "duplicates", "no lineage")
+              "missing", "duplicates", "no kiln header")
     rows = [(p.topic, str(p.partition), str(p.records), str(p.kiln_offsets),
              str(p.min_offset), str(p.max_offset), str(p.gap_count), str(p.missing),
-             str(p.duplicate_records), str(p.without_lineage)) for p in partitions]
+             str(p.duplicate_records), str(p.without_kiln_header)) for p in partitions]
     widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
 
     def line(cells: Sequence[str]) -> str:

@@ -7,7 +7,8 @@ two Parquet outputs, each with its own checkpoint.
         spark_examples/hardened_stream.py --bootstrap ... (same arguments)
 
 - `OUTPUT/records`: every Kiln record once — topic, partition, kiln_offset, kafka_offset,
-  has_lineage, key, value, timestamp, headers (query `kiln-records`).
+  kiln_header (whether kiln_offset came from a `kiln.offset` header rather than being the
+  Kafka offset), key, value, timestamp, headers (query `kiln-records`).
 - `OUTPUT/counts`: records per topic, key and one-minute window of record time, each window
   written once the watermark (10 minutes behind the latest record time) has passed its end
   (query `kiln-counts`).

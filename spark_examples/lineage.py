@@ -1,13 +1,21 @@
 """Kiln's lineage on a hardened record, without Spark: which Kiln offset a record carries.
 
-Kiln gives every record it hardens a `kiln.offset` header: its Kiln offset as 8 bytes,
-big-endian (`proxy/protocol/records.py`). Kiln appends its header after any the producer
-sent, so when several are present the last well-formed one is Kiln's. A record without one
-was written before Kiln adopted the topic; Kiln itself then treats its Kafka offset as its
-Kiln offset (read-through does), and so do these jobs, while counting such records apart.
+Every hardened record names its Kiln offset one of two ways (`proxy/protocol/records.py`):
 
-`pipeline.kiln_offset_column` is the same rule as a Spark expression; the tests check the
-two agree.
+- its Kafka offset *is* its Kiln offset. A new partition starts both at 0 and they stay
+  equal while Kiln hardens every record, so Kiln forwards client batches whole, without a
+  header. (Records written before Kiln adopted a topic are read the same way: Kiln's
+  offsets start after them.)
+- a `kiln.offset` header: the Kiln offset as 8 bytes, big-endian. Once Kiln has dropped
+  records (delivered before they were hardened, or never to be hardened), the partition's
+  Kafka offsets trail its Kiln offsets for good, and every later record gets one. Kiln
+  appends it after any the producer sent, so when several are present the last
+  well-formed one is Kiln's.
+
+So a record's Kiln offset is its last well-formed `kiln.offset` header, or else its Kafka
+offset; recovery and read-through in Kiln read it the same way. Both are Kiln's lineage:
+a record without the header is not missing anything. `pipeline.kiln_offset_column` is the
+same rule as a Spark expression; the tests check the two agree.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ def kiln_offset_of(headers: Sequence[Header] | None) -> int | None:
 
 
 def lineage_offset(headers: Sequence[Header] | None, kafka_offset: int) -> int:
-    """The Kiln offset of a record, falling back to its Kafka offset when it has no header."""
+    """The Kiln offset of a record: its `kiln.offset` header, or its Kafka offset when it has
+    none."""
     offset = kiln_offset_of(headers)
     return kafka_offset if offset is None else offset

@@ -30,16 +30,17 @@ def kiln_offset_column(headers: Column) -> Column:
 
 
 def with_lineage(raw: DataFrame) -> DataFrame:
-    """Decoded records: the Kiln lineage (topic, partition, kiln_offset; a record without a
-    header has its Kafka offset as Kiln offset, and has_lineage false), the Kafka offset,
-    and the record's key, value, timestamp and headers as Kafka gave them."""
+    """Decoded records: the Kiln lineage (topic, partition, kiln_offset), the Kafka offset,
+    `kiln_header` (true when the Kiln offset came from a `kiln.offset` header, false when it
+    is the Kafka offset: both are Kiln's lineage, see `lineage`), and the record's key,
+    value, timestamp and headers as Kafka gave them."""
     kiln_offset = kiln_offset_column(F.col("headers"))
     return raw.select(
         F.col("topic"),
         F.col("partition"),
         F.coalesce(kiln_offset, F.col("offset")).alias("kiln_offset"),
         F.col("offset").alias("kafka_offset"),
-        kiln_offset.isNotNull().alias("has_lineage"),
+        kiln_offset.isNotNull().alias("kiln_header"),
         F.col("key"),
         F.col("value"),
         F.col("timestamp"),
@@ -78,13 +79,14 @@ def windowed_key_counts(records: DataFrame, window: str = "1 minute",
 
 def partition_totals(records: DataFrame) -> DataFrame:
     """Per topic and partition: records read, distinct Kiln offsets and their range, and
-    records that carried no lineage header."""
+    records without a `kiln.offset` header (whose Kiln offset is their Kafka offset)."""
     return (records.groupBy("topic", "partition")
             .agg(F.count(F.lit(1)).alias("records"),
                  F.count_distinct("kiln_offset").alias("kiln_offsets"),
                  F.min("kiln_offset").alias("min_offset"),
                  F.max("kiln_offset").alias("max_offset"),
-                 F.sum(F.when(F.col("has_lineage"), 0).otherwise(1)).alias("without_lineage"))
+                 F.sum(F.when(F.col("kiln_header"), 0).otherwise(1))
+                 .alias("without_kiln_header"))
             .orderBy("topic", "partition"))
 
 

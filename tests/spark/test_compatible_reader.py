@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_examples.kafka_source import kafka_schema
-from spark_examples.lineage import encode_kiln_offset, lineage_offset
+from spark_examples.lineage import encode_kiln_offset, kiln_offset_of, lineage_offset
 from spark_examples.pipeline import with_lineage
 from tests.spark.records import BASE_TIMESTAMP_MS, Sent, create_topic, produce_records
 
@@ -182,9 +182,9 @@ def test_lineage_column_agrees_with_the_header_rule(
                     [Sent(partition=0, value=b"x", headers=h) for h in variants])
     raw = spark.read.format(kiln_reader).options(
         **options(kafka_bootstrap, unique_topic, includeHeaders="true")).load()
-    got = [(row["kiln_offset"], row["has_lineage"]) for row in
+    got = [(row["kiln_offset"], row["kiln_header"]) for row in
            with_lineage(raw).orderBy("kafka_offset").collect()]
-    expected = [(lineage_offset(h, i), lineage_offset(h, -1) != -1)
+    expected = [(lineage_offset(h, i), kiln_offset_of(h) is not None)
                 for i, h in enumerate(variants)]
     assert got == expected
     assert got == [(7, True), (1, False), (90, True), (3, True), (4, False), (5, False),

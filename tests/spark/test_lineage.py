@@ -1,4 +1,5 @@
-"""Kiln's lineage header, decoded without Spark."""
+"""Kiln's lineage, decoded without Spark: a record's `kiln.offset` header, or else its Kafka
+offset."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def test_the_last_wellformed_kiln_header_wins() -> None:
     assert kiln_offset_of(headers) == 17
 
 
-def test_records_without_lineage_fall_back_to_their_kafka_offset() -> None:
+def test_a_record_without_a_kiln_header_has_its_kafka_offset_as_kiln_offset() -> None:
     assert kiln_offset_of(None) is None
     assert kiln_offset_of([("other", b"\x00" * 8)]) is None
     assert lineage_offset([("other", b"x")], kafka_offset=41) == 41
