@@ -8,7 +8,8 @@ with identical settings for Kiln and for the broker.
 1. ingest     N records of 100 B and of 1 KB, acks=1, as fast as one producer goes. Kiln
               and direct runs alternate (Kiln, direct, Kiln, direct, ...), `--repeats` runs
               each; median, min and max of records/s and MB/s (of values); Kiln/direct.
-              Kiln runs with a long harden delay, so nothing becomes due during the run.
+              Kiln runs with a long fixed harden delay, so nothing becomes due during the
+              run (the adaptive default would harden this unread topic at once).
               Afterwards Kiln's (and Redis') CPU is measured for `--idle-seconds` with the
               buffer full and nothing due, then Kiln is SIGKILLed (its Redis is thrown away;
               `--drain` sends SIGTERM instead and measures how long hardening everything takes).
@@ -17,9 +18,11 @@ with identical settings for Kiln and for the broker.
               direct acks=all; p50/p99/p99.9/max over the pooled runs. Two scenarios:
               "batched" at half the median Kiln 100 B ingest rate with linger.ms=5, and
               "single" at 200 msg/s with linger.ms=0 (every message its own request).
-3. end_to_end M records of 100 B through Kiln with a 500 ms harden delay, as fast as the
-              producer goes; time from the first produce() until the broker's high
-              watermark (read from a Fetch response) reaches M.
+3. end_to_end M records of 100 B through Kiln, as fast as the producer goes; time from the
+              first produce() until the broker's high watermark (read from a Fetch
+              response) reaches M. Twice: with a fixed 500 ms harden delay
+              (`end_to_end`), and with the product's default adaptive delay
+              (`end_to_end_adaptive`: a topic nobody reads through Kiln hardens at once).
 4. memory     peak RSS (VmHWM) of the Kiln process and Redis used_memory_peak per Kiln run.
 
 Prints one JSON document on stdout and a human-readable table on stderr (`--json`: the JSON
@@ -158,12 +161,13 @@ class KilnProcess:
     """`kiln serve` as a child process in its own session, logging to a file."""
 
     def __init__(self, redis_url: str, kafka_bootstrap: str, delay_ms: int, *,
-                 workdir: Path) -> None:
+                 workdir: Path, delay_policy: str = "fixed") -> None:
         self.port = free_port()
         self.log_path = workdir / f"kiln-{self.port}.log"
         cmd = [sys.executable, "-m", "cli", "serve",
                "--listen", f"127.0.0.1:{self.port}", "--redis-url", redis_url,
-               "--kafka-bootstrap", kafka_bootstrap, "--harden-delay-ms", str(delay_ms)]
+               "--kafka-bootstrap", kafka_bootstrap, "--harden-delay-ms", str(delay_ms),
+               "--delay-policy", delay_policy]
         env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
         self._log = self.log_path.open("wb")
         self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
@@ -249,14 +253,15 @@ class Stack:
     kiln_problems: list[str] = field(default_factory=list)
 
     @classmethod
-    def start(cls, workdir: Path, *, kiln_delay_ms: int | None) -> Stack:
+    def start(cls, workdir: Path, *, kiln_delay_ms: int | None,
+              kiln_delay_policy: str = "fixed") -> Stack:
         stack = cls(workdir)
         try:
             stack.broker = LocalTansu().start()
             if kiln_delay_ms is not None:
                 stack.redis = LocalRedis().start()
                 stack.kiln = KilnProcess(stack.redis.url, stack.broker.bootstrap, kiln_delay_ms,
-                                         workdir=workdir)
+                                         workdir=workdir, delay_policy=kiln_delay_policy)
         except BaseException:
             stack.close()
             raise
@@ -603,12 +608,13 @@ def bench_latency(args: argparse.Namespace, workdir: Path, rate: float, linger_m
     return out
 
 
-def bench_end_to_end(args: argparse.Namespace, workdir: Path, log: Callable[[str], None]
-                     ) -> dict[str, Any]:
+def bench_end_to_end(args: argparse.Namespace, workdir: Path, log: Callable[[str], None],
+                     delay_policy: str) -> dict[str, Any]:
     """Produce `count` records through Kiln (short delay) as fast as possible; a second
     thread reads the broker's high watermark every 100 ms until all of them are there."""
     count = args.e2e_records
-    stack = Stack.start(workdir, kiln_delay_ms=args.e2e_delay_ms)
+    stack = Stack.start(workdir, kiln_delay_ms=args.e2e_delay_ms,
+                        kiln_delay_policy=delay_policy)
     try:
         assert stack.kiln is not None and stack.broker is not None and stack.redis is not None
         kiln, broker_bootstrap = stack.kiln, stack.broker.bootstrap
@@ -646,7 +652,8 @@ def bench_end_to_end(args: argparse.Namespace, workdir: Path, log: Callable[[str
         code, stop_s = stack.stop_kiln(timeout_s=30)
         every = max(1, len(timeline) // 40)
         out = {
-            "records": count, "value_bytes": 100, "harden_delay_ms": args.e2e_delay_ms,
+            "records": count, "value_bytes": 100, "delay_policy": delay_policy,
+            "harden_delay_ms": args.e2e_delay_ms if delay_policy == "fixed" else None,
             "produce_seconds": round(produced_s, 3),
             "produce_records_per_s": round(count / produced_s),
             "hardened_at_produce_end": hardened_at_produce_end,
@@ -663,7 +670,8 @@ def bench_end_to_end(args: argparse.Namespace, workdir: Path, log: Callable[[str
             "kiln_log_problems": stack.kiln_problems[:10],
             "ok": high == count and result["errors"] == 0,
         }
-        log(f"end-to-end: {high:,} of {count:,} records hardened after {done_s:.2f} s "
+        log(f"end-to-end ({delay_policy}): {high:,} of {count:,} records hardened after "
+            f"{done_s:.2f} s "
             f"({out['end_to_end_records_per_s'] or 0:,}/s; produce alone {produced_s:.2f} s)")
         return out
     finally:
@@ -734,13 +742,15 @@ def table(doc: dict[str, Any]) -> str:
         t = block["target"]
         lines.append(f"  Kiln acks=1 p99 {t['kiln_acks1_p99_ms']} ms vs direct acks=all p99 "
                      f"{t['direct_acksall_p99_ms']} ms (ratio {t['ratio']})")
-    e = doc["end_to_end"]
     lines.append("")
-    lines.append(f"end-to-end: {e['records']:,} x 100 B, delay {e['harden_delay_ms']} ms: "
-                 f"{e['hardened']:,} hardened after {e['seconds_to_all_hardened']} s = "
-                 f"{e['end_to_end_records_per_s'] or 0:,} rec/s "
-                 f"({e['ratio_to_direct_ingest']} of direct ingest); produce alone "
-                 f"{e['produce_records_per_s']:,} rec/s")
+    for e in (doc["end_to_end"], doc["end_to_end_adaptive"]):
+        delay = (f"fixed delay {e['harden_delay_ms']} ms" if e["delay_policy"] == "fixed"
+                 else "adaptive delay")
+        lines.append(f"end-to-end: {e['records']:,} x 100 B, {delay}: "
+                     f"{e['hardened']:,} hardened after {e['seconds_to_all_hardened']} s = "
+                     f"{e['end_to_end_records_per_s'] or 0:,} rec/s "
+                     f"({e['ratio_to_direct_ingest']} of direct ingest); produce alone "
+                     f"{e['produce_records_per_s']:,} rec/s")
     m = doc["memory"]
     lines.append(f"memory: Kiln peak RSS {m['kiln_peak_rss_mb_max']} MB, Redis used_memory_peak "
                  f"{m['redis_used_memory_peak_mb_max']} MB (max over Kiln ingest runs)")
@@ -849,11 +859,14 @@ def run(args: argparse.Namespace, workdir: Path, log: Callable[[str], None]) -> 
                        "ratio": round(kiln_p99 / all_p99, 2) if all_p99 else None,
                        "kiln_at_or_below_direct_acksall": kiln_p99 <= all_p99},
         })
-    e2e = bench_end_to_end(args, workdir, log)
     direct_100 = doc["ingest"][0]["direct"]["records_per_s"]["median"]
-    e2e["ratio_to_direct_ingest"] = (round(e2e["end_to_end_records_per_s"] / direct_100, 2)
-                                     if e2e["end_to_end_records_per_s"] else None)
-    doc["end_to_end"] = e2e
+    e2e_runs = []
+    for key, policy in (("end_to_end", "fixed"), ("end_to_end_adaptive", "adaptive")):
+        e2e = bench_end_to_end(args, workdir, log, policy)
+        e2e["ratio_to_direct_ingest"] = (round(e2e["end_to_end_records_per_s"] / direct_100, 2)
+                                         if e2e["end_to_end_records_per_s"] else None)
+        doc[key] = e2e
+        e2e_runs.append(e2e)
     kiln_runs = [r for row in doc["ingest"] for r in row["kiln"]["runs"]]
     doc["memory"] = {
         "kiln_peak_rss_mb_max": max(r["kiln_peak_rss_mb"] for r in kiln_runs),
@@ -866,7 +879,7 @@ def run(args: argparse.Namespace, workdir: Path, log: Callable[[str], None]) -> 
     }
     windows = ([r for row in doc["ingest"] for t in ("kiln", "direct") for r in row[t]["runs"]]
                + [r for block in doc["latency"] for c in block["runs"] for r in c["runs"]]
-               + [e2e])
+               + e2e_runs)
     doc["other_load"] = {
         "note": "CPU seconds used by processes outside this benchmark during the measured "
                 "windows (other work on the machine competing for the cores; ideally ~0), "
