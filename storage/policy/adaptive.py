@@ -42,7 +42,6 @@ from storage.policy.delay import Binding, DelayDecision
 # storage.budget throttles producers once the buffer holds this share of its budget (and
 # refuses them at the whole budget); the memory cap keeps below it.
 BUFFER_THROTTLE_FROM = 0.8
-_INF = float("inf")
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,27 +118,11 @@ def _budget_cap_ms(budget: float, used: float, per_second: float, headroom: floa
 class AdaptiveDelay:
     """One topic's controller; it remembers only its last healthy decision."""
 
-    __slots__ = (
-        "_bytes_shrink",
-        "_bytes_steady",
-        "_held",
-        "_memory_line",
-        "_memory_shrink",
-        "_memory_steady",
-        "_records_shrink",
-        "_records_steady",
-        "limits",
-    )
+    __slots__ = ("_held", "_memory_line", "limits")
 
     def __init__(self, limits: DelayLimits) -> None:
         self.limits = limits
         self._memory_line = limits.memory_budget_bytes * BUFFER_THROTTLE_FROM
-        # `_budget_cap_ms`'s terms that depend on the limits only, for `ceiling()`.
-        self._bytes_steady = limits.headroom * limits.risk_budget_bytes
-        self._records_steady = limits.headroom * limits.risk_budget_records
-        self._memory_steady = limits.memory_headroom * self._memory_line
-        self._bytes_shrink = self._records_shrink = 1.0 - limits.headroom
-        self._memory_shrink = 1.0 - limits.memory_headroom
         self._held: DelayDecision | None = None
 
     def decide(self, inputs: DelayInputs, now_ms: int) -> DelayDecision:
@@ -182,68 +165,26 @@ class AdaptiveDelay:
     def ceiling(self, senders: int, bytes_per_s: float, records_per_s: float,
                 at_risk_bytes: int, at_risk_records: int, buffered_bytes: int,
                 pending_acks: int, kafka_write_ms: float) -> tuple[float, Binding]:
-        """The smallest cap of `candidates()`, the first of equal ones: the same arithmetic
-        (`_budget_cap_ms` inlined), on plain arguments rather than a DelayInputs. The observer
-        calls this whenever an input moved, which under load is on most decisions; building
-        the frozen inputs and the calls cost more than the arithmetic. Kept equal to
-        `candidates()` by tests/unit/test_adaptive_delay.py."""
+        """The smallest cap of `candidates()`, the first of equal ones, on plain arguments
+        rather than a DelayInputs (building the frozen inputs cost more than the arithmetic;
+        the observer calls this whenever an input moved). Kept equal to `candidates()` by
+        tests/unit/test_adaptive_delay.py."""
         limits = self.limits
         delay, binding = float(limits.max_delay_ms), Binding.MAX_DELAY
-        headroom = limits.headroom
-        # risk_bytes
-        fill = at_risk_bytes / limits.risk_budget_bytes
-        if bytes_per_s <= 0:
-            cap = _INF if fill < 1 else 0.0
-        else:
-            cap = self._bytes_steady / bytes_per_s * 1000
-            if fill > headroom:
-                if headroom < 1:
-                    shrink = (1.0 - fill) / self._bytes_shrink
-                    cap *= shrink if shrink > 0.0 else 0.0
-                else:
-                    cap *= 0.0
-            cap -= kafka_write_ms
-            if not cap > 0.0:
-                cap = 0.0
+        cap = _budget_cap_ms(limits.risk_budget_bytes, at_risk_bytes, bytes_per_s,
+                             limits.headroom, kafka_write_ms)
         if cap < delay:
             delay, binding = cap, Binding.RISK_BYTES
-        # risk_records
-        fill = at_risk_records / limits.risk_budget_records
-        if records_per_s <= 0:
-            cap = _INF if fill < 1 else 0.0
-        else:
-            cap = self._records_steady / records_per_s * 1000
-            if fill > headroom:
-                if headroom < 1:
-                    shrink = (1.0 - fill) / self._records_shrink
-                    cap *= shrink if shrink > 0.0 else 0.0
-                else:
-                    cap *= 0.0
-            cap -= kafka_write_ms
-            if not cap > 0.0:
-                cap = 0.0
+        cap = _budget_cap_ms(limits.risk_budget_records, at_risk_records, records_per_s,
+                             limits.headroom, kafka_write_ms)
         if cap < delay:
             delay, binding = cap, Binding.RISK_RECORDS
         if senders > 0:
             cap = limits.sender_budget_s * 1000 / senders
             if cap < delay:
                 delay, binding = cap, Binding.SENDERS
-        # memory
-        headroom = limits.memory_headroom
-        fill = buffered_bytes / self._memory_line
-        if bytes_per_s <= 0:
-            cap = _INF if fill < 1 else 0.0
-        else:
-            cap = self._memory_steady / bytes_per_s * 1000
-            if fill > headroom:
-                if headroom < 1:
-                    shrink = (1.0 - fill) / self._memory_shrink
-                    cap *= shrink if shrink > 0.0 else 0.0
-                else:
-                    cap *= 0.0
-            cap -= kafka_write_ms
-            if not cap > 0.0:
-                cap = 0.0
+        cap = _budget_cap_ms(self._memory_line, buffered_bytes, bytes_per_s,
+                             limits.memory_headroom, kafka_write_ms)
         if cap < delay:
             delay, binding = cap, Binding.MEMORY
         if pending_acks > 0 and limits.max_ack_delay_ms < delay:
