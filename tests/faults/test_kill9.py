@@ -1,7 +1,9 @@
 """Kiln killed with SIGKILL while producers write and the hardener works, then restarted on
 the same port: the hardened Kafka topic must hold every acknowledged record exactly once, in
-the order it was sent, with strictly increasing `kiln.offset` headers (DESIGN.md section 6:
-"nothing acknowledged is lost, nothing hardened twice").
+the order it was sent, with strictly increasing Kiln offsets (DESIGN.md section 6: "nothing
+acknowledged is lost, nothing hardened twice"). Kills land on both write paths: client
+batches forwarded whole (Kafka offset = Kiln offset) and records re-encoded with a
+`kiln.offset` header (after records were dropped).
 
 The kill moments come from a seeded random generator whose seed the test prints.
 
@@ -12,6 +14,7 @@ runs out (10 s), so the schedules below keep the number of lease waits small.
 from __future__ import annotations
 
 import random
+import subprocess
 import time
 from collections import Counter
 from itertools import pairwise
@@ -19,9 +22,10 @@ from typing import Any
 
 import confluent_kafka
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from tests.faults.conftest import HARDEN_DELAY_MS
-from tests.faults.kiln_process import KilnProcess
+from tests.faults.kiln_process import KilnProcess, kiln_executable
 from tests.faults.records import (
     Deliveries,
     HardenedRecord,
@@ -125,14 +129,37 @@ def test_kill9_at_random_moments_neither_loses_nor_duplicates(
                                  idempotent=mode == "idempotent-acks-all")
 
 
+def drop_first_records(kiln_process: KilnProcess, redis_url: str, topic: str,
+                       count: int) -> None:
+    """Make a topic's Kafka offsets trail its Kiln offsets from the start: `count` records
+    at best_effort, which is never hardened, then the topic back to reliable_persistent."""
+    admin = AdminClient({"bootstrap.servers": kiln_process.bootstrap})
+    created = admin.create_topics([NewTopic(topic, 1, config={
+        "kiln.reliability": "best_effort"})])
+    created[topic].result(30)
+    producer = confluent_kafka.Producer({"bootstrap.servers": kiln_process.bootstrap,
+                                         "acks": "1", "enable.idempotence": False})
+    for i in range(count):
+        producer.produce(topic, value=b"dropped-%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    altered = subprocess.run([kiln_executable(), "topics", "alter", topic, "--reliability",
+                              "reliable_persistent", "--redis-url", redis_url],
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert altered.returncode == 0, altered.stderr
+    time.sleep(1.5)  # running Kiln processes pick a topic change up within a second
+
+
+@pytest.mark.parametrize("lineage", ["forwarded", "headers"])
 def test_kill9_while_a_backlog_is_hardened_duplicates_nothing(
-        kiln_process: KilnProcess, kafka_bootstrap: str, unique_topic: str,
-        rng: random.Random) -> None:
+        kiln_process: KilnProcess, redis_url: str, kafka_bootstrap: str, unique_topic: str,
+        rng: random.Random, lineage: str) -> None:
     """Kills land inside hardening passes: after some of a pass's batches reached Kafka and
     before Redis was trimmed. A restarted Kiln waits for the lease while a burst is appended,
     then hardens the whole backlog at once (several 1 MB batches, then one trim); the kill
-    comes a random moment after it took the lease."""
+    comes a random moment after it took the lease. `headers`: the topic's first records were
+    dropped, so every hardened record is re-encoded with its Kiln offset."""
     burst = 30_000
+    dropped = 10 if lineage == "headers" else 0
     producer = confluent_kafka.Producer({
         "bootstrap.servers": kiln_process.bootstrap, "acks": "1", "linger.ms": 5,
         "enable.idempotence": False, "retries": 0, "message.timeout.ms": 30_000,
@@ -160,6 +187,8 @@ def test_kill9_while_a_backlog_is_hardened_duplicates_nothing(
 
     # Given a first Kiln hardening the topic as the records' delay runs out
     kiln_process.start()
+    if dropped:
+        drop_first_records(kiln_process, redis_url, unique_topic, dropped)
     send_burst(1)
     assert kiln_process.wait_for_log(hardening, LEASE_WAIT_S), kiln_process.log_tail()
     began = time.monotonic()
@@ -190,4 +219,5 @@ def test_kill9_while_a_backlog_is_hardened_duplicates_nothing(
     hardened = read_partition(kafka_bootstrap, unique_topic)
     assert_exactly_once_in_order(hardened, deliveries, sent, idempotent=False)
     assert [r.seq for r in hardened] == list(range(sent))
-    assert [r.kiln_offset for r in hardened] == list(range(sent))
+    assert [r.kafka_offset for r in hardened] == list(range(sent))
+    assert [r.kiln_offset for r in hardened] == list(range(dropped, dropped + sent))
