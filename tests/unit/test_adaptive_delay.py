@@ -368,12 +368,18 @@ def test_the_rate_window_turning_moves_the_ceiling_with_no_signal() -> None:
     assert 25_000 <= out_of_it.delay_ms < 40_000
 
 
-def test_senders_forgotten_by_the_clock_alone_lift_the_sender_cap() -> None:
+def crowded_observer() -> DelayObserver:
+    """300 senders appending one record each from 20 000 ms on, all delivered at 20 400."""
     watch = timed_observer(latency_ms=20_000)
     for i in range(300):
         watch.appended(TP, f"client-{i}", records=1, nbytes=100, next_offset=2 + i,
                        now_ms=20_000 + i)
     watch.delivered(TP, 301, now_ms=20_400)
+    return watch
+
+
+def test_senders_forgotten_by_the_clock_alone_lift_the_sender_cap() -> None:
+    watch = crowded_observer()
 
     crowded = watch.decision("orders", 29_000)
     alone = watch.decision("orders", 30_400)  # every sender silent for 10 s
@@ -383,11 +389,7 @@ def test_senders_forgotten_by_the_clock_alone_lift_the_sender_cap() -> None:
 
 
 def test_senders_forgotten_before_the_rate_bucket_turns_are_forgotten_at_once() -> None:
-    watch = timed_observer(latency_ms=20_000)
-    for i in range(300):
-        watch.appended(TP, f"client-{i}", records=1, nbytes=100, next_offset=2 + i,
-                       now_ms=20_000 + i)
-    watch.delivered(TP, 301, now_ms=20_400)
+    watch = crowded_observer()
 
     pruned = watch.decision("orders", 29_950)      # the sender window prunes: next 30 950
     not_yet = watch.decision("orders", 30_940)     # all silent 10 s, but no pruning yet
