@@ -55,27 +55,23 @@ class IngressRates:
     def records_per_second(self, now_ms: int) -> tuple[float, float]:
         """(records/s over the short window, over the long window)."""
         self._advance(now_ms)
-        return (max(0.0, self._short_records) * 1000 / self._short_span_ms,
-                max(0.0, self._long_records) * 1000 / self._long_span_ms)
+        return self._rates(self._short_records, self._long_records)
 
     def bytes_per_second(self, now_ms: int) -> tuple[float, float]:
         """(bytes/s over the short window, over the long window)."""
         self._advance(now_ms)
-        return (max(0.0, self._short_bytes) * 1000 / self._short_span_ms,
-                max(0.0, self._long_bytes) * 1000 / self._long_span_ms)
+        return self._rates(self._short_bytes, self._long_bytes)
 
     def peaks(self, now_ms: int) -> tuple[float, float]:
         """(bytes/s, records/s), each the higher of its two windows: a burst is felt at once
         and forgotten slowly."""
-        if now_ms // self.bucket_ms != self.head:
-            self._advance(now_ms)
-        short_span, long_span = self._short_span_ms, self._long_span_ms
-        short = max(0.0, self._short_bytes) * 1000 / short_span
-        long = max(0.0, self._long_bytes) * 1000 / long_span
-        nbytes = short if short >= long else long
-        short = max(0.0, self._short_records) * 1000 / short_span
-        long = max(0.0, self._long_records) * 1000 / long_span
-        return nbytes, short if short >= long else long
+        self._advance(now_ms)
+        return (max(self._rates(self._short_bytes, self._long_bytes)),
+                max(self._rates(self._short_records, self._long_records)))
+
+    def _rates(self, short_total: float, long_total: float) -> tuple[float, float]:
+        return (max(0.0, short_total) * 1000 / self._short_span_ms,
+                max(0.0, long_total) * 1000 / self._long_span_ms)
 
     def _advance(self, now_ms: int) -> None:
         index = now_ms // self.bucket_ms
