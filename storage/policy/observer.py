@@ -109,8 +109,7 @@ class DelayObserver:
             part.appended_end = next_offset
         part.times.appended(now_ms, next_offset)
         # A partition that waited already keeps its progress_ms: the earliest can only drop.
-        if (part.progress_ms < topic.waiting_since_ms
-                and part.appended_end > max(part.delivered, 0)):
+        if part.progress_ms < topic.waiting_since_ms and part.waiting:
             topic.waiting_since_ms = part.progress_ms
 
     def delivered(self, tp: TopicPartition, mark: int, now_ms: int) -> None:
@@ -212,10 +211,7 @@ class DelayObserver:
 
     def _inputs(self, topic_name: str, topic: _Topic, now_ms: int) -> DelayInputs:
         senders, bytes_per_s, records_per_s = self._read_windows(topic, now_ms)
-        oldest = now_ms  # when delivery last moved on the partition that waits the longest
-        for p in topic.partitions.values():
-            if p.progress_ms < oldest and p.waiting:
-                oldest = p.progress_ms
+        since = _waiting_since(topic)
         return DelayInputs(
             has_subscriptions=topic_name in self._deliverable,
             senders=senders,
@@ -225,7 +221,7 @@ class DelayObserver:
             at_risk_records=self._buffered_records,
             buffered_bytes=self._buffered_bytes,
             delivery_latency_ms=topic.latency.value_ms,
-            undelivered_wait_ms=now_ms - oldest,
+            undelivered_wait_ms=now_ms - since if since < now_ms else 0,
             pending_acks=self._pending_acks.get(topic_name, 0),
             kafka_healthy=self._kafka_healthy,
             kafka_write_ms=self._kafka_write_ms,
@@ -291,9 +287,11 @@ class DelayObserver:
 
 
 def _waiting_since(topic: _Topic) -> int:
+    """When delivery last moved on the partition that waits the longest (_NOTHING_WAITS when
+    no record waits)."""
     since = _NOTHING_WAITS
     for p in topic.partitions.values():
-        if p.progress_ms < since and p.appended_end > max(p.delivered, 0):
+        if p.progress_ms < since and p.waiting:
             since = p.progress_ms
     return since
 
