@@ -2,9 +2,13 @@
 
 A record at offset `o` is delivered when every durable subscription of its topic has
 committed an offset `> o` through Kiln (DESIGN §1). Group coordination lives elsewhere; it
-reports each successful OffsetCommit here. A commit by a group that is not yet a durable
-subscription registers it when the topic allows (`auto_subscribe`); other groups' commits
-count for nothing here.
+reports each stored OffsetCommit here, saying whether a member of the group's current
+generation made it. Only such a member commit moves the delivered mark of a subscription
+the group registered itself, and only a member commit by a group that is not yet a durable
+subscription registers it (when the topic allows, `auto_subscribe`). A standalone commit
+(generation -1, no member id: anyone may send one while the group is Empty) counts only for
+a subscription an operator registered explicitly (CLI or configuration). Other commits count
+for nothing here; they are still stored, and OffsetFetch returns them.
 
 Under `harden = survivors` the batches below the delivered mark are dropped from the log
 queue at once, never written to Kafka (the hardener skips the delivered records of a batch
@@ -20,7 +24,7 @@ from storage.acks import SettledWaiters
 from storage.clock import wall_clock_ms
 from storage.log_queue import LogQueue
 from storage.model import TopicPartition
-from storage.subscriptions import Subscription, SubscriptionRegistry
+from storage.subscriptions import AUTO, Subscription, SubscriptionRegistry
 from storage.topics import HardenPolicy, TopicRegistry
 
 log = logging.getLogger(__name__)
@@ -39,9 +43,11 @@ class Delivery:
         # Told (partition, delivered mark, now) after every commit: the delay control.
         self._on_delivered = on_delivered
 
-    async def committed(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
-        """`group` committed `offsets` (the next offset it will read, per partition). The
-        empty group id, which Kafka allows for simple commits, is never a durable
+    async def committed(self, group: str, offsets: Mapping[TopicPartition, int], *,
+                        by_member: bool) -> None:
+        """`group` committed `offsets` (the next offset it will read, per partition); by a
+        member of its current generation, or else a standalone commit (`by_member=False`).
+        The empty group id, which Kafka allows for simple commits, is never a durable
         subscription."""
         if not group:
             return
@@ -51,11 +57,19 @@ class Delivery:
             config = await self._topics.get(topic)
             if config is None:
                 continue
-            groups = await self._registry.groups(topic)
-            if group not in groups:
+            subscriptions = (await self._registry.all()).get(topic, {})
+            groups = frozenset(subscriptions)
+            mine = subscriptions.get(group)
+            if not by_member and (mine is None or not mine.explicit):
+                # Anyone can send a standalone commit: it must not drop records that a
+                # subscription the operator did not vouch for has not read.
+                log.debug("standalone commit of group %s on %s does not count for delivery",
+                          group, topic)
+                continue
+            if mine is None:
                 if not config.auto_subscribe:
                     continue
-                if await self._registry.add(topic, group, source="auto",
+                if await self._registry.add(topic, group, source=AUTO,
                                             now_ms=self._clock_ms()):
                     log.info("group %s is now a durable subscription of %s (first commit)",
                              group, topic)
@@ -95,6 +109,6 @@ class Delivery:
         results = await self._queue.deliver(group, offsets, durable, drop)
         now = self._clock_ms()
         for tp, result in results.items():
-            self._waiters.settled(tp, result.delivered_offset)
+            self._waiters.settled(tp, result.incarnation, result.delivered_offset)
             if self._on_delivered is not None:
                 self._on_delivered(tp, result.delivered_offset, now)

@@ -19,6 +19,27 @@ from storage.errors import BufferUnavailable
 
 _KEY = "kiln:subscriptions"
 
+# How a subscription registered by a group's own first commit is marked. Every other source
+# ("config", "operator") is an explicit registration.
+AUTO = "auto"
+
+# KEYS[1]: the registry; ARGV: field, value, source. Registers (1); or, when an explicit
+# source meets a subscription that was only auto-registered, makes it explicit and keeps its
+# `since_ms` (2); else leaves it (0).
+_ADD = """
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if not current then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  return 1
+end
+if ARGV[3] == '""" + AUTO + """' then return 0 end
+local meta = cjson.decode(current)
+if meta['source'] ~= '""" + AUTO + """' then return 0 end
+meta['source'] = ARGV[3]
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(meta))
+return 2
+"""
+
 
 @dataclass(frozen=True, slots=True)
 class Subscription:
@@ -27,10 +48,17 @@ class Subscription:
     source: str  # "auto" (the group's first commit), "config" or "operator" (the CLI)
     since_ms: int
 
+    @property
+    def explicit(self) -> bool:
+        """Registered by an operator (CLI or configuration), not by the group itself: only
+        then do the group's standalone commits count for delivery."""
+        return self.source != AUTO
+
 
 class SubscriptionRegistry:
     def __init__(self, redis: aioredis.Redis, ttl_s: float = 1.0) -> None:
         self._redis = redis
+        self._add = redis.register_script(_ADD)
         self._ttl_s = ttl_s
         self._cache: dict[str, dict[str, Subscription]] = {}
         self._loaded_at = float("-inf")
@@ -54,11 +82,15 @@ class SubscriptionRegistry:
     async def groups(self, topic: str) -> frozenset[str]:
         return frozenset((await self.all()).get(topic, {}))
 
+    async def get(self, topic: str, group: str) -> Subscription | None:
+        return (await self.all()).get(topic, {}).get(group)
+
     async def add(self, topic: str, group: str, *, source: str, now_ms: int) -> bool:
-        """Register; False when it already was."""
+        """Register; False when it already was. An explicit registration of a subscription
+        that was only auto-registered makes it explicit (True)."""
         value = json.dumps({"source": source, "since_ms": now_ms})
         try:
-            added = bool(await self._redis.hsetnx(_KEY, f"{topic}/{group}", value))
+            added = bool(await self._add(keys=[_KEY], args=[f"{topic}/{group}", value, source]))
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
         await self.all(fresh=True)

@@ -8,10 +8,15 @@ the same Redis keys (scale-out needs group ownership through leases first, DESIG
 A group lives in memory while it is used, driven by the I/O-free state machine in
 `membership`; this module owns its timers and the futures of members waiting for a
 JoinGroup or SyncGroup answer. Every change that matters is written to Redis before anyone
-is answered; if that write fails the group is dropped from memory (its waiting members are
+is answered; if that write fails, or another Kiln process wrote the group since it was read
+(the store checks a revision), the group is dropped from memory (its waiting members are
 told COORDINATOR_NOT_AVAILABLE and retry) and reloaded from Redis on next use. A restarted
 Kiln loads a group the first time it is asked about it, with member session timers starting
 at load time, so members that keep heartbeating carry on without a rebalance.
+
+Memory is bounded by use, not by how many group ids clients ever named: a group that is
+Empty with nothing pending leaves memory after `idle_ms` (or sooner, least recently used
+first, beyond `max_groups`), and a group's lock lives only while it is held or awaited.
 """
 
 from __future__ import annotations
@@ -22,15 +27,16 @@ import itertools
 import logging
 import time
 import uuid
-from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from proxy.protocol.errors import ErrorCode
 from storage.clock import wall_clock_ms
 from storage.errors import StorageError
-from storage.groups.membership import Group, join_precheck
+from storage.groups.locks import KeyedLocks
+from storage.groups.membership import Group, is_standalone_commit, join_precheck
 from storage.groups.model import (
     UNKNOWN_MEMBER_ID,
     CommittedOffset,
@@ -41,12 +47,13 @@ from storage.groups.model import (
     MemberIdentity,
     MembershipSettings,
     Reply,
+    StoredCommit,
     SyncRequest,
     SyncResult,
     dead_summary,
 )
 from storage.groups.snapshot import group_from_json, group_to_json
-from storage.groups.store import GroupStore
+from storage.groups.store import GroupConflict, GroupStore
 from storage.model import TopicPartition
 from storage.tasks import stop_task
 
@@ -57,11 +64,26 @@ def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
+@dataclass(frozen=True, slots=True)
+class GroupCacheSettings:
+    # An Empty group with nothing pending is dropped from memory after this long unused.
+    idle_ms: int = 300_000
+    # Beyond this many groups in memory, idle ones go first, least recently used first.
+    max_groups: int = 10_000
+    # Looking for groups to drop walks the cache; not more often than this when under
+    # `max_groups`.
+    sweep_interval_ms: int = 1_000
+
+
 @dataclass(slots=True, eq=False)
 class _Loaded:
     group: Group
+    # `group.revision` when last written to Redis (the in-memory change counter)...
     stored_revision: int
+    # ...and the store's revision of the group then (what the next write must find there).
+    redis_revision: int
     persisted: bool
+    last_used_ms: int
     timer: asyncio.TimerHandle | None = None
     announced_generation: int = -1
 
@@ -83,13 +105,17 @@ class GroupListing:
 class GroupCoordinator:
     def __init__(self, store: GroupStore, settings: MembershipSettings,
                  clock_ms: Callable[[], int] = monotonic_ms,
-                 unique_suffix: Callable[[], str] = lambda: str(uuid.uuid4())) -> None:
+                 unique_suffix: Callable[[], str] = lambda: str(uuid.uuid4()),
+                 cache: GroupCacheSettings | None = None) -> None:
         self._store = store
         self.settings = settings
         self._clock_ms = clock_ms
         self._unique_suffix = unique_suffix
-        self._groups: dict[str, _Loaded] = {}
-        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._cache = cache or GroupCacheSettings()
+        # Least recently used first.
+        self._groups: OrderedDict[str, _Loaded] = OrderedDict()
+        self._swept_at_ms: int | None = None
+        self._locks = KeyedLocks()
         self._waiters: dict[int, _Waiter] = {}
         self._tickets = itertools.count(1)
         self._ticks: set[asyncio.Task[None]] = set()
@@ -110,7 +136,7 @@ class GroupCoordinator:
         error = join_precheck(request, self.settings)
         if error is not None:
             return _done(JoinResult(error, request.member_id))
-        async with self._locks[request.group_id]:
+        async with self._locks.hold(request.group_id):
             loaded = await self._get(request.group_id,
                                      create=request.member_id == UNKNOWN_MEMBER_ID)
             if loaded is None:
@@ -125,7 +151,7 @@ class GroupCoordinator:
         """The answer, once the group has one (a follower waits for the leader's)."""
         if not request.group_id:
             return _done(SyncResult(ErrorCode.INVALID_GROUP_ID))
-        async with self._locks[request.group_id]:
+        async with self._locks.hold(request.group_id):
             loaded = await self._get(request.group_id, create=False)
             if loaded is None:
                 return _done(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
@@ -138,7 +164,7 @@ class GroupCoordinator:
                         generation_id: int) -> ErrorCode:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
-        async with self._locks[group_id]:
+        async with self._locks.hold(group_id):
             loaded = await self._get(group_id, create=False)
             if loaded is None:
                 return ErrorCode.UNKNOWN_MEMBER_ID
@@ -150,7 +176,7 @@ class GroupCoordinator:
     async def leave(self, group_id: str, leaving: Sequence[MemberIdentity]) -> list[ErrorCode]:
         """One code per leaving member; raises nothing for unknown groups (each member is
         then UNKNOWN_MEMBER_ID, as Kafka answers)."""
-        async with self._locks[group_id]:
+        async with self._locks.hold(group_id):
             loaded = await self._get(group_id, create=False)
             if loaded is None:
                 return [ErrorCode.UNKNOWN_MEMBER_ID for _ in leaving]
@@ -159,7 +185,7 @@ class GroupCoordinator:
             return codes
 
     async def describe(self, group_id: str) -> GroupSummary:
-        async with self._locks[group_id]:
+        async with self._locks.hold(group_id):
             loaded = await self._get(group_id, create=False)
             return dead_summary(group_id) if loaded is None else loaded.group.summary()
 
@@ -175,10 +201,14 @@ class GroupCoordinator:
 
     async def commit_offsets(self, group_id: str, generation_id: int, member_id: str,
                              group_instance_id: str | None,
-                             offsets: Mapping[TopicPartition, CommittedOffset]
+                             offsets: Mapping[TopicPartition, CommittedOffset],
+                             on_stored: Callable[[StoredCommit], Awaitable[None]] | None = None
                              ) -> dict[TopicPartition, ErrorCode]:
-        """Validate the committer as Kafka does, then store what passed (before answering)."""
-        async with self._locks[group_id]:
+        """Validate the committer as Kafka does, then store what passed (before answering).
+        `on_stored` is told what was stored while the group is still locked, so the
+        consequences of one group's commits (delivery) happen in the order they were
+        stored."""
+        async with self._locks.hold(group_id):
             # A group unknown to Kafka is created by a commit that does not use group
             # management (generation < 0); otherwise it is a commit from an old generation.
             loaded = await self._get(group_id, create=generation_id < 0)
@@ -199,9 +229,20 @@ class GroupCoordinator:
                     continue
                 accepted[tp] = dataclasses.replace(committed, commit_timestamp_ms=stamp)
                 codes[tp] = ErrorCode.NONE
-            await self._store.save_offsets(group_id, accepted)
             if not loaded.persisted:
                 await self._persist(loaded)
+            try:
+                # Stored only if the membership it was validated against is still Redis's.
+                await self._store.save_offsets(group_id, accepted, loaded.redis_revision)
+            except GroupConflict:
+                log.info("group %s changed in Redis since it was loaded; reloading", group_id)
+                self._abandon(loaded)
+                raise
+            if accepted and on_stored is not None:
+                await on_stored(StoredCommit(
+                    group_id, {tp: c.offset for tp, c in accepted.items()},
+                    by_member=not is_standalone_commit(generation_id, member_id,
+                                                       group_instance_id)))
             return codes
 
     async def fetch_offsets(self, group_id: str, tps: Sequence[TopicPartition] | None
@@ -212,26 +253,64 @@ class GroupCoordinator:
     # --- loading, persisting, answering, timers ------------------------------------------
 
     async def _get(self, group_id: str, *, create: bool) -> _Loaded | None:
+        now = self._clock_ms()
         loaded = self._groups.get(group_id)
         if loaded is not None:
+            loaded.last_used_ms = now
+            self._groups.move_to_end(group_id)
+            self._sweep(now)
             return loaded
-        raw = await self._store.load(group_id)
-        if raw is not None:
-            group = group_from_json(group_id, raw, self._clock_ms(), self.settings,
+        stored = await self._store.load(group_id)
+        if stored.record is not None:
+            group = group_from_json(group_id, stored.record, now, self.settings,
                                     self._unique_suffix)
             log.info("group %s loaded from Redis: %s, generation %d, %d members", group_id,
                      group.state.value, group.generation_id, len(group.members))
-            loaded = _Loaded(group, group.revision, persisted=True,
-                             announced_generation=group.generation_id)
+            loaded = _Loaded(group, group.revision, stored.revision, persisted=True,
+                             last_used_ms=now, announced_generation=group.generation_id)
         elif create:
             group = Group(group_id, self.settings, self._unique_suffix)
-            loaded = _Loaded(group, group.revision, persisted=False,
-                             announced_generation=group.generation_id)
+            loaded = _Loaded(group, group.revision, stored.revision, persisted=False,
+                             last_used_ms=now, announced_generation=group.generation_id)
         else:
             return None
         self._groups[group_id] = loaded
         self._arm(loaded)
+        self._sweep(now)
         return loaded
+
+    @property
+    def cached_groups(self) -> int:
+        return len(self._groups)
+
+    @property
+    def held_locks(self) -> int:
+        return len(self._locks)
+
+    def _sweep(self, now_ms: int) -> None:
+        """Drop idle groups from memory: past `idle_ms`, and beyond `max_groups` the least
+        recently used. Redis holds all of it; the next use loads it again."""
+        over = len(self._groups) - self._cache.max_groups
+        if (over <= 0 and self._swept_at_ms is not None
+                and now_ms - self._swept_at_ms < self._cache.sweep_interval_ms):
+            return
+        self._swept_at_ms = now_ms
+        cutoff = now_ms - self._cache.idle_ms
+        for group_id, loaded in list(self._groups.items()):
+            # Least recently used first: past the cutoff only a surplus still calls for more.
+            if loaded.last_used_ms > cutoff and over <= 0:
+                break
+            if self._idle(loaded):
+                del self._groups[group_id]
+                over -= 1
+                log.debug("group %s dropped from memory (idle)", group_id)
+
+    def _idle(self, loaded: _Loaded) -> bool:
+        group = loaded.group
+        return (group.state is GroupState.EMPTY and not group.members
+                and not group.pending_members and group.next_deadline_ms() is None
+                and loaded.timer is None and loaded.stored_revision == group.revision
+                and not self._locks.held(group.group_id))
 
     def _wait(self, failure: Reply) -> tuple[int, asyncio.Future[Any]]:
         ticket = next(self._tickets)
@@ -257,7 +336,13 @@ class GroupCoordinator:
         group = loaded.group
         revision = group.revision
         try:
-            await self._store.save(group.group_id, group_to_json(group))
+            loaded.redis_revision = await self._store.save(
+                group.group_id, group_to_json(group), loaded.redis_revision)
+        except GroupConflict:
+            log.info("group %s changed in Redis since it was loaded; dropped from memory to "
+                     "be reloaded", group.group_id)
+            self._abandon(loaded)
+            raise
         except StorageError:
             log.warning("group %s could not be persisted; dropped from memory",
                         group.group_id)
@@ -303,7 +388,7 @@ class GroupCoordinator:
 
     async def _tick(self, loaded: _Loaded) -> None:
         group_id = loaded.group.group_id
-        async with self._locks[group_id]:
+        async with self._locks.hold(group_id):
             if self._groups.get(group_id) is not loaded:
                 return
             loaded.group.tick(self._clock_ms())

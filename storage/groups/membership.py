@@ -47,6 +47,15 @@ def join_precheck(request: JoinRequest, settings: MembershipSettings) -> ErrorCo
     return None
 
 
+def is_standalone_commit(generation_id: int, member_id: str,
+                         group_instance_id: str | None) -> bool:
+    """An OffsetCommit by a client that does not use group management (assign mode, tools
+    resetting offsets): Kafka accepts it only while the group has no members, and it says
+    nothing about who committed."""
+    return (generation_id < 0 and member_id == UNKNOWN_MEMBER_ID
+            and group_instance_id is None)
+
+
 class Group:
     def __init__(self, group_id: str, settings: MembershipSettings,
                  unique_suffix: Callable[[], str]) -> None:
@@ -437,8 +446,7 @@ class Group:
         group has no members."""
         if self.state is S.DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        if (generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID
-                or group_instance_id is not None):
+        if not is_standalone_commit(generation_id, member_id, group_instance_id):
             error = self._validate_member(member_id, group_instance_id)
             if error is not None:
                 return error

@@ -3,7 +3,14 @@
 Layout (one hash tag per group, so a group's keys share a Redis Cluster slot):
   kiln:group:{<group>}:meta     string; the group's metadata as JSON (storage/groups/snapshot)
   kiln:group:{<group>}:offsets  hash; "<topic>:<partition>" -> committed offset as JSON
+  kiln:group:{<group>}:rev      integer; bumped by every metadata write (absent: 0)
   kiln:groups                   set; every group id with metadata or offsets (ListGroups)
+
+Metadata is written only over the revision it was read at, and offsets only while the
+revision is still the one their committer was validated against (one Lua script each, on
+keys of one hash tag): two Kiln processes that both hold a group in memory cannot overwrite
+each other's membership, nor store a commit validated against a membership that is gone.
+The loser gets GroupConflict, reloads and has its client retry.
 
 `<group>` is the group id percent-encoded (braces included), so any group id, even one with
 braces, yields one well-formed tag; the empty group id (allowed for offset commits) is "%".
@@ -12,19 +19,55 @@ braces, yields one well-formed tag; the empty group id (allowed for offset commi
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from urllib.parse import quote
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
-from redis.typing import EncodableT, FieldT
+from redis.typing import EncodableT
 
+from proxy.protocol.errors import ErrorCode
 from storage import redis_pool
-from storage.errors import BufferUnavailable
+from storage.errors import BufferUnavailable, StorageError
 from storage.groups.model import CommittedOffset
 from storage.groups.snapshot import offset_from_json, offset_to_json
 from storage.model import TopicPartition
 
 GROUPS_KEY = "kiln:groups"
+
+# KEYS: meta, rev. ARGV: expected revision, record. Returns the new revision, or -1 when the
+# stored revision is not the expected one.
+_SAVE = """
+local revision = tonumber(redis.call('GET', KEYS[2]) or '0')
+if revision ~= tonumber(ARGV[1]) then return -1 end
+redis.call('SET', KEYS[1], ARGV[2])
+return redis.call('INCR', KEYS[2])
+"""
+
+# KEYS: offsets, rev. ARGV: expected revision, then field, value pairs. 1 when stored, 0 when
+# the group changed since (nothing is stored then).
+_SAVE_OFFSETS = """
+if tonumber(redis.call('GET', KEYS[2]) or '0') ~= tonumber(ARGV[1]) then return 0 end
+for i = 2, #ARGV, 2 do
+  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+end
+return 1
+"""
+
+
+class GroupConflict(StorageError):
+    """Another Kiln process changed the group since this one read it; retriable once the
+    group is read again."""
+
+    def __init__(self, group_id: str) -> None:
+        super().__init__(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                         f"group {group_id!r} was changed by another Kiln process")
+
+
+@dataclass(frozen=True, slots=True)
+class StoredGroup:
+    record: bytes | None  # None: no metadata stored (yet)
+    revision: int
 
 
 def group_key(group_id: str, kind: str) -> str:
@@ -45,6 +88,8 @@ def _partition(field: bytes | str) -> TopicPartition:
 class GroupStore:
     def __init__(self, redis: aioredis.Redis) -> None:
         self._redis = redis
+        self._save = redis.register_script(_SAVE)
+        self._save_offsets = redis.register_script(_SAVE_OFFSETS)
 
     @classmethod
     def from_url(cls, url: str) -> GroupStore:
@@ -55,19 +100,28 @@ class GroupStore:
     async def close(self) -> None:
         await redis_pool.close(self._redis)
 
-    async def load(self, group_id: str) -> bytes | None:
+    async def load(self, group_id: str) -> StoredGroup:
         try:
-            raw = await self._redis.get(group_key(group_id, "meta"))
+            raw, revision = await self._redis.mget(
+                [group_key(group_id, "meta"), group_key(group_id, "rev")])
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
-        return raw.encode() if isinstance(raw, str) else raw
+        record = raw.encode() if isinstance(raw, str) else raw
+        return StoredGroup(record, int(revision or 0))
 
-    async def save(self, group_id: str, record: str) -> None:
+    async def save(self, group_id: str, record: str, revision: int) -> int:
+        """Write the group's metadata over `revision` (what it was read at); the new
+        revision. GroupConflict when another process wrote it since."""
         try:
             await self._redis.sadd(GROUPS_KEY, group_id)
-            await self._redis.set(group_key(group_id, "meta"), record)
+            written = int(await self._save(
+                keys=[group_key(group_id, "meta"), group_key(group_id, "rev")],
+                args=[revision, record]))
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
+        if written < 0:
+            raise GroupConflict(group_id)
+        return written
 
     async def group_ids(self) -> list[str]:
         try:
@@ -77,16 +131,23 @@ class GroupStore:
         return sorted(g.decode() if isinstance(g, bytes) else g for g in raw)
 
     async def save_offsets(self, group_id: str,
-                           offsets: Mapping[TopicPartition, CommittedOffset]) -> None:
+                           offsets: Mapping[TopicPartition, CommittedOffset],
+                           revision: int) -> None:
+        """Store commits validated against the group at `revision`; GroupConflict (nothing
+        stored) when the group changed since."""
         if not offsets:
             return
-        mapping: dict[FieldT, EncodableT] = {
-            _field(tp): offset_to_json(c) for tp, c in offsets.items()}
+        args: list[EncodableT] = [revision]
+        for tp, committed in offsets.items():
+            args += [_field(tp), offset_to_json(committed)]
         try:
             await self._redis.sadd(GROUPS_KEY, group_id)
-            await self._redis.hset(group_key(group_id, "offsets"), mapping=mapping)
+            stored = await self._save_offsets(
+                keys=[group_key(group_id, "offsets"), group_key(group_id, "rev")], args=args)
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
+        if not stored:
+            raise GroupConflict(group_id)
 
     async def load_offsets(self, group_id: str, tps: Sequence[TopicPartition] | None
                            ) -> dict[TopicPartition, CommittedOffset]:

@@ -51,7 +51,8 @@ def decision(kiln: RunningKiln, topic: str) -> DelayDecision:
 
 
 def commit(kiln: RunningKiln, group: str, topic: str, offset: int) -> None:
-    kiln.call(kiln.app.delivery.committed(group, {TopicPartition(topic, 0): offset}))
+    kiln.call(kiln.app.delivery.committed(group, {TopicPartition(topic, 0): offset},
+                                          by_member=True))
 
 
 def buffered(kiln: RunningKiln, topic: str) -> int:

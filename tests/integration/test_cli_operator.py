@@ -24,7 +24,8 @@ def test_add_list_and_remove_a_durable_subscription(
 
     # When the operator registers it, lists, and removes it
     added = run_kiln("subscriptions", "add", unique_topic, "billing", "--redis-url", redis_url)
-    kiln.call(kiln.app.delivery.committed("billing", {TopicPartition(unique_topic, 0): 5}))
+    kiln.call(kiln.app.delivery.committed("billing", {TopicPartition(unique_topic, 0): 5},
+                                          by_member=True))
     listed = run_kiln("subscriptions", "list", unique_topic, "--json",
                       "--redis-url", redis_url)
     table = run_kiln("subscriptions", "list", "--redis-url", redis_url)
@@ -66,7 +67,8 @@ def test_status_shows_what_was_dropped_as_delivered_and_what_was_written(
         for i in range(10):
             producer.send(unique_topic, value=b"%d" % i, partition=0).get(timeout=10)
         producer.close()
-        kiln.call(kiln.app.delivery.committed("billing", {TopicPartition(unique_topic, 0): 4}))
+        kiln.call(kiln.app.delivery.committed("billing", {TopicPartition(unique_topic, 0): 4},
+                                              by_member=True))
         before = run_kiln("status", unique_topic, "--json", "--redis-url", redis_url)
 
         # When the rest is hardened

@@ -1,8 +1,9 @@
 """Delivered records leave the log queue without being written to Kafka; assured acks are
 answered by delivery or hardening, whichever comes first.
 
-Commits are reported to Kiln's Delivery directly here, as the group coordinator does after
-each OffsetCommit; tests/compat drives the same path with real consumer groups.
+Commits are mostly reported to Kiln's Delivery directly here, as the group coordinator does
+after each OffsetCommit by a member; the tests of standalone commits send OffsetCommit over
+the wire. tests/compat drives the same path with real consumer groups.
 """
 
 from __future__ import annotations
@@ -17,11 +18,15 @@ import redis
 from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import InvalidConfigurationError
+from kafka.protocol.consumer import LeaveGroupRequest, LeaveGroupResponse
 
 from storage.log_queue import PartitionState
 from storage.model import TopicPartition
+from tests.integration.test_groups import commit as commit_over_the_wire
+from tests.integration.test_groups import fetch_offsets, stable_single_member_group
 from tests.integration.test_produce_harden import kiln_offset, read_hardened
 from tests.kiln_harness import RunningKiln, start_kiln
+from tests.raw_client import RawClient
 
 
 @pytest.fixture
@@ -54,7 +59,9 @@ def produce(kiln: RunningKiln, topic: str, count: int, *, batch: bool = True) ->
 
 
 def commit(kiln: RunningKiln, group: str, topic: str, offset: int) -> None:
-    kiln.call(kiln.app.delivery.committed(group, {TopicPartition(topic, 0): offset}))
+    """As the coordinator reports a commit by a member of the group's current generation."""
+    kiln.call(kiln.app.delivery.committed(group, {TopicPartition(topic, 0): offset},
+                                          by_member=True))
 
 
 def state(kiln: RunningKiln, topic: str) -> PartitionState:
@@ -265,3 +272,120 @@ def test_a_bad_kiln_topic_config_is_refused_at_creation(slow_kiln: RunningKiln,
         admin.close()
 
     assert slow_kiln.call(slow_kiln.app.catalog.registry.get(unique_topic)) is None
+
+
+# --- who may move the delivered mark ------------------------------------------------------
+
+
+def leave(client: RawClient, group: str, member_id: str) -> int:
+    answer = client.request(LeaveGroupRequest[0](group_id=group, member_id=member_id), 0,
+                            LeaveGroupResponse)
+    return int(answer.error_code)
+
+
+def auto_subscribed_then_empty(client: RawClient, group: str, topic: str) -> None:
+    """`group` becomes a durable subscription of `topic` by a member's commit at 0, then its
+    only member leaves: the group is Empty, as when its consumers are down."""
+    member, generation = stable_single_member_group(client, group)
+    assert commit_over_the_wire(client, group, {(topic, 0): 0}, generation, member) == {
+        (topic, 0): 0}
+    assert leave(client, group, member) == 0
+
+
+def test_a_standalone_commit_does_not_drop_records_of_an_auto_registered_subscription(
+        slow_kiln: RunningKiln, kafka_bootstrap: str, unique_topic: str) -> None:
+    # Given 50 buffered records and a durable subscription its group registered itself,
+    # whose consumers are gone
+    produce(slow_kiln, unique_topic, 50, batch=False)
+    client = RawClient(slow_kiln.bootstrap)
+    try:
+        auto_subscribed_then_empty(client, "billing", unique_topic)
+
+        # When any client commits the end offset for the group without joining it
+        codes = commit_over_the_wire(client, "billing", {(unique_topic, 0): 50})
+        fetched = fetch_offsets(client, "billing", [(unique_topic, 0)])
+    finally:
+        client.close()
+    kept = state(slow_kiln, unique_topic)
+    flushed = slow_kiln.flush()
+
+    # Then the commit is stored as Kafka stores it, but every record stays and reaches Kafka
+    assert codes == {(unique_topic, 0): 0}
+    assert fetched == {(unique_topic, 0): (50, "at 50")}
+    assert (kept.buffered_records, kept.delivered_offset, kept.delivered_records) == (50, 0, 0)
+    assert flushed
+    records = read_hardened(kafka_bootstrap, unique_topic, 0, 50)
+    assert [kiln_offset(r) for r in records] == list(range(50))
+
+
+def test_a_member_commit_still_avoids_the_write(
+        slow_kiln: RunningKiln, kafka_bootstrap: str, unique_topic: str) -> None:
+    # Given 50 buffered records and a stable group with one member
+    produce(slow_kiln, unique_topic, 50, batch=False)
+    client = RawClient(slow_kiln.bootstrap)
+    try:
+        member, generation = stable_single_member_group(client, "billing")
+
+        # When the member commits the end offset
+        codes = commit_over_the_wire(client, "billing", {(unique_topic, 0): 50}, generation,
+                                     member)
+    finally:
+        client.close()
+    after = state(slow_kiln, unique_topic)
+    flushed = slow_kiln.flush()
+
+    # Then the group is a durable subscription and nothing was written to Kafka
+    subscriptions = slow_kiln.call(slow_kiln.app.delivery.subscriptions())
+    assert codes == {(unique_topic, 0): 0}
+    assert subscriptions[unique_topic]["billing"].source == "auto"
+    assert (after.buffered_records, after.delivered_records) == (0, 50)
+    assert flushed
+    assert read_hardened(kafka_bootstrap, unique_topic, 0, 0, timeout_s=1) == []
+
+
+@pytest.mark.parametrize("how", ["registered", "made explicit"])
+def test_a_standalone_commit_counts_for_an_operator_registered_subscription(
+        slow_kiln: RunningKiln, kafka_bootstrap: str, unique_topic: str, how: str) -> None:
+    # Given 50 buffered records and a subscription the operator registered (from scratch,
+    # or over one the group had registered itself), with no member in the group
+    produce(slow_kiln, unique_topic, 50, batch=False)
+    client = RawClient(slow_kiln.bootstrap)
+    try:
+        if how == "made explicit":
+            auto_subscribed_then_empty(client, "billing", unique_topic)
+        made = slow_kiln.call(slow_kiln.app.delivery.subscribe(unique_topic, "billing"))
+
+        # When a standalone commit (an assign-mode consumer, a tool) commits the end offset
+        codes = commit_over_the_wire(client, "billing", {(unique_topic, 0): 50})
+    finally:
+        client.close()
+    after = state(slow_kiln, unique_topic)
+    flushed = slow_kiln.flush()
+
+    # Then it delivers every record: none is written to Kafka
+    subscriptions = slow_kiln.call(slow_kiln.app.delivery.subscriptions())
+    assert made
+    assert codes == {(unique_topic, 0): 0}
+    assert subscriptions[unique_topic]["billing"].source == "operator"
+    assert (after.buffered_records, after.delivered_records) == (0, 50)
+    assert flushed
+    assert read_hardened(kafka_bootstrap, unique_topic, 0, 0, timeout_s=1) == []
+
+
+def test_a_standalone_commit_never_registers_a_subscription(
+        slow_kiln: RunningKiln, unique_topic: str) -> None:
+    # Given 20 buffered records on a topic that lets groups subscribe themselves
+    produce(slow_kiln, unique_topic, 20, batch=False)
+    client = RawClient(slow_kiln.bootstrap)
+    try:
+        # When a group nobody joined is committed to without group management
+        codes = commit_over_the_wire(client, "visitor", {(unique_topic, 0): 20})
+    finally:
+        client.close()
+
+    # Then the commit is stored, yet the group is no durable subscription, nothing delivered
+    subscriptions = slow_kiln.call(slow_kiln.app.delivery.subscriptions())
+    assert codes == {(unique_topic, 0): 0}
+    assert "visitor" not in subscriptions.get(unique_topic, {})
+    after = state(slow_kiln, unique_topic)
+    assert (after.buffered_records, after.delivered_offset) == (20, 0)

@@ -277,7 +277,8 @@ def test_offsets_are_committed_to_redis_and_fetched_back(
     assert (described.group_state, described.protocol_type, described.members) == (
         "Empty", "", [])
     keys = sorted(k.decode() for k in redis_client.keys("kiln:group*"))
-    assert keys == ["kiln:group:{g3}:meta", "kiln:group:{g3}:offsets", "kiln:groups"]
+    assert keys == ["kiln:group:{g3}:meta", "kiln:group:{g3}:offsets", "kiln:group:{g3}:rev",
+                    "kiln:groups"]
     assert redis_client.hkeys("kiln:group:{g3}:offsets") == [f"{unique_topic}:0".encode()]
 
 

@@ -30,10 +30,11 @@ def commit_with_metadata(client: RawClient, group: str, topic: str, metadata: st
 
 def test_absurd_commits_deliver_nothing_that_was_not_produced(
         kiln: RunningKiln, unique_topic: str) -> None:
-    # Given 5 records and a group that commits the largest offset there is
+    # Given 5 records and a durable subscription that commits the largest offset there is
     client = RawClient(kiln.bootstrap)
     try:
         client.produce(unique_topic, 0, record_batch([b"a"] * 5))
+        kiln.call(kiln.app.delivery.subscribe(unique_topic, "absurd"))
         huge = commit(client, "absurd", {(unique_topic, 0): MAX_OFFSET})
 
         # When 5 more are produced, and the group then commits a negative offset
@@ -94,6 +95,7 @@ def test_commits_under_the_empty_group_id_never_hold_records_back(
     client = RawClient(kiln.bootstrap)
     try:
         client.produce(unique_topic, 0, record_batch([b"x"] * 4))
+        kiln.call(kiln.app.delivery.subscribe(unique_topic, "reader"))
         anonymous = commit(client, "", {(unique_topic, 0): 0})
         reader = commit(client, "reader", {(unique_topic, 0): 4})
     finally:

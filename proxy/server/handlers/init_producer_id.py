@@ -5,7 +5,7 @@ from __future__ import annotations
 from proxy.protocol.apis import CLIENT_APIS, ApiKey, Message, Request
 from proxy.protocol.errors import ErrorCode, KafkaError
 from proxy.server.context import KilnContext
-from storage.producer_ids import ProducerIds
+from storage.producer_ids import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, ProducerIds
 
 _RESP = CLIENT_APIS[ApiKey.INIT_PRODUCER_ID].response
 
@@ -14,11 +14,11 @@ async def handle(ctx: KilnContext, request: Request) -> Message:
     body = request.body
     if body.transactional_id is not None:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Kiln does not offer transactions")
-    ids = ProducerIds(ctx.queue.redis)
-    if body.producer_id is not None and body.producer_id >= 0 and body.producer_epoch >= 0:
-        producer_id, epoch = await ids.bump(body.producer_id, body.producer_epoch)
-    else:
-        producer_id, epoch = await ids.allocate()
-    return _RESP[request.header.request_api_version](
+    # Versions before 3 carry no producer id or epoch.
+    version = request.header.request_api_version
+    producer_id = body.producer_id if version >= 3 else NO_PRODUCER_ID
+    epoch = body.producer_epoch if version >= 3 else NO_PRODUCER_EPOCH
+    producer_id, epoch = await ProducerIds(ctx.queue.redis).init(producer_id, epoch)
+    return _RESP[version](
         throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=epoch
     )

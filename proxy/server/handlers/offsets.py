@@ -2,7 +2,14 @@
 
 A commit is validated as Kafka validates it (generation and member, or a simple commit by a
 client that does not use group management), stored in Redis before it is answered, and then
-reported to delivery (storage/delivery.py), which may make records delivered.
+reported to delivery (storage/delivery.py), which may make records delivered. The report
+says whether a member of the group's current generation made the commit: a standalone one
+never counts for a subscription the group registered itself (docs/delivery.md).
+
+The two writes are not one Redis transaction (the group's offsets and a partition's commits
+live under different hash tags), so their order is what keeps a crash between them safe:
+the stored commit first, delivery second, both while the group is locked. Delivery can lag
+behind a stored commit (records are then hardened, not lost) but never run ahead of it.
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ from proxy.protocol.apis import CLIENT_APIS, ApiKey, Message, Request
 from proxy.protocol.errors import ErrorCode
 from proxy.server.context import KilnContext
 from proxy.server.handlers.group_errors import coordinator_errors
-from storage.groups.model import CommittedOffset
+from storage.groups.model import CommittedOffset, StoredCommit
 from storage.model import TopicPartition
 
 _COMMIT = CLIENT_APIS[ApiKey.OFFSET_COMMIT].response
@@ -43,14 +50,13 @@ async def commit(ctx: KilnContext, request: Request) -> Message:
                 wanted[tp] = CommittedOffset(part.committed_offset, part.committed_metadata,
                                              epoch)
         if wanted:
-            stored = await ctx.groups.commit_offsets(
+            async def deliver(stored: StoredCommit) -> None:
+                await ctx.delivery.committed(stored.group_id, stored.offsets,
+                                             by_member=stored.by_member)
+
+            codes.update(await ctx.groups.commit_offsets(
                 body.group_id, body.generation_id_or_member_epoch, body.member_id,
-                body.group_instance_id if version >= 7 else None, wanted)
-            codes.update(stored)
-            committed = {tp: wanted[tp].offset for tp, code in stored.items()
-                         if code is ErrorCode.NONE}
-            if committed:
-                await ctx.delivery.committed(body.group_id, committed)
+                body.group_instance_id if version >= 7 else None, wanted, on_stored=deliver))
     return _commit_body(request, codes)
 
 
