@@ -13,6 +13,7 @@ from proxy.server.http_endpoints import HttpEndpoints
 from proxy.server.listener import Listener
 from proxy.server.request_metrics import ServerCountersCollector
 from storage.acks import SettledWaiters
+from storage.appender import Appender
 from storage.appends import AppendSignals
 from storage.budget import BufferBudget
 from storage.catalog import Catalog, CatalogSettings
@@ -32,6 +33,7 @@ from storage.operator_requests import drain_requested
 from storage.policy.adaptive import DelayLimits
 from storage.policy.observer import DelayObserver
 from storage.read_through import ColdReader
+from storage.redis_eviction import eviction_risk
 from storage.subscriptions import SubscriptionRegistry
 from storage.topics import TopicRegistry
 
@@ -88,7 +90,7 @@ class KilnApp:
                                     max_frame_bytes=settings.max_frame_bytes),
             queue=self.queue, catalog=self.catalog, waiters=self.waiters, budget=self.budget,
             delivery=self.delivery, appends=self.appends, groups=self.groups, delay=self.delay,
-            cold=self.cold,
+            cold=self.cold, appender=Appender(self.queue, self.kafka),
         )
         listen_host, listen_port = settings.listen_address
         self.listener = Listener(self.context, listen_host, listen_port)
@@ -126,6 +128,9 @@ class KilnApp:
         except StorageError as exc:
             raise StartupError(f"cannot reach Redis at {self.settings.redis_url}: "
                                f"{exc.__cause__ or exc}") from exc
+        risk = await eviction_risk(self.queue.redis)
+        if risk is not None:
+            raise StartupError(f"{risk} (Redis at {self.settings.redis_url})")
         try:
             await self.kafka.start()
         except StorageError as exc:

@@ -11,13 +11,17 @@ import logging
 from dataclasses import dataclass
 
 from storage.catalog import Catalog
-from storage.errors import BufferFull, StorageError
+from storage.errors import BufferFull, BufferUnavailable, StorageError
 from storage.log_queue import LogQueue
 from storage.model import TopicPartition
 from storage.policy.adaptive import BUFFER_THROTTLE_FROM
+from storage.redis_eviction import eviction_risk
 from storage.tasks import stop_task
 
 log = logging.getLogger(__name__)
+
+# Redis's eviction policy is checked every this many refreshes (about every 5 s).
+_EVICTION_CHECK_EVERY = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +56,8 @@ class BufferBudget:
         self.buffered_records = 0
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
+        # Set while Redis may evict keys (storage.redis_eviction): nothing is admitted.
+        self.eviction_risk: str | None = None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._refresh_loop(), name="kiln-budget")
@@ -62,7 +68,10 @@ class BufferBudget:
             await stop_task(self._task)
 
     def admit(self, incoming_bytes: int) -> int:
-        """Throttle time (ms) for a produce of `incoming_bytes`; raises BufferFull."""
+        """Throttle time (ms) for a produce of `incoming_bytes`; raises BufferFull, or
+        BufferUnavailable while Redis may evict what it is given."""
+        if self.eviction_risk is not None:
+            raise BufferUnavailable(self.eviction_risk)
         decision = budget_decision(self.buffered_bytes, self.budget_bytes, incoming_bytes)
         if decision.reject:
             raise BufferFull(f"{self.buffered_bytes} of {self.budget_bytes} bytes buffered")
@@ -77,9 +86,22 @@ class BufferBudget:
         self.buffered_records = sum(s.buffered_records for s in states)
 
     async def _refresh_loop(self) -> None:
+        rounds = 0
         while not self._stopped:
             try:
                 await self.refresh()
+                if rounds % _EVICTION_CHECK_EVERY == 0:
+                    await self._check_eviction()
             except StorageError as exc:
                 log.debug("budget refresh failed: %s", exc)
+            rounds += 1
             await asyncio.sleep(self._refresh_s)
+
+    async def _check_eviction(self) -> None:
+        risk = await eviction_risk(self._queue.redis)
+        if risk != self.eviction_risk:
+            if risk is not None:
+                log.error("refusing records: %s", risk)
+            else:
+                log.info("Redis no longer evicts keys: accepting records again")
+        self.eviction_risk = risk

@@ -3,6 +3,15 @@
 A topic exists in Kiln's registry (what clients see through Kiln) and in Kafka (where its
 survivors are hardened), with the same name and partition count. Topics that already exist
 in Kafka are adopted with their partition count.
+
+A name Kiln does not know is looked for in Kafka's topic listing, but clients can ask for
+any number of names that exist nowhere: Kafka is listed again for such a lookup at most once
+per `missing_refresh_interval_s`, shared by all lookups (concurrent ones wait for the same
+listing), and a name found missing is not asked about again for `kafka_listing_ttl_s` (at
+most `max_missing_names` are remembered). A topic created in Kafka behind Kiln's back is
+therefore seen within seconds rather than at once; a client told UNKNOWN_TOPIC_OR_PARTITION
+meanwhile retries. Auto-creation always lists Kafka afresh first, so it adopts a topic
+Kafka has rather than starting one anew.
 """
 
 from __future__ import annotations
@@ -11,12 +20,13 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from proxy.protocol.errors import ErrorCode, KafkaError
+from storage.appender import start_partition
 from storage.errors import HardenedStoreUnavailable
-from storage.hardened_store import resume_offset
 from storage.kafka.client import KafkaClient
 from storage.log_queue import LogQueue
 from storage.model import TopicPartition
@@ -38,18 +48,28 @@ class CatalogSettings:
     default_partitions: int = 1
     # How long a listing of Kafka's topics is trusted before it is asked again.
     kafka_listing_ttl_s: float = 5.0
+    # Lookups of names Kiln does not know list Kafka again at most this often.
+    missing_refresh_interval_s: float = 1.0
+    # How many names found missing are remembered (for `kafka_listing_ttl_s` each).
+    max_missing_names: int = 10_000
 
 
 class Catalog:
     def __init__(self, registry: TopicRegistry, queue: LogQueue, kafka: KafkaClient,
-                 settings: CatalogSettings) -> None:
+                 settings: CatalogSettings, clock: Callable[[], float] = time.monotonic
+                 ) -> None:
+        self._clock = clock
         self._registry = registry
         self._adopting: dict[str, asyncio.Lock] = {}
         self._queue = queue
         self._kafka = kafka
         self._settings = settings
         self._kafka_topics: dict[str, int] = {}
-        self._kafka_listed_at = float("-inf")
+        self._kafka_listed_at = float("-inf")  # the last listing that succeeded
+        self._kafka_asked_at = float("-inf")  # the last attempt, successful or not
+        self._listing = asyncio.Lock()
+        self._listings_started = 0
+        self._missing: OrderedDict[str, float] = OrderedDict()  # name -> when found missing
 
     @property
     def registry(self) -> TopicRegistry:
@@ -64,13 +84,45 @@ class Catalog:
         found = await self._registry.get(name)
         if found is not None:
             return found
-        kafka = await self._kafka_listing(refresh=True)
+        kafka = await self._listing_for_unknown(name)
         if name in kafka:
             return await self._adopt(name, kafka[name])
         if not (allow_create and self._settings.auto_create_topics):
             return None
         validate_topic_name(name)
-        return await self.create(name, self._settings.default_partitions, require_kafka=False)
+        # A topic created in Kafka since the last listing must be adopted (its Kiln offsets
+        # continue after Kafka's), not created afresh from offset 0.
+        kafka = await self._kafka_listing(refresh=True)
+        if name in kafka:
+            return await self._adopt(name, kafka[name])
+        try:
+            return await self.create(name, self._settings.default_partitions,
+                                     require_kafka=False)
+        except KafkaError as exc:
+            # Another Kiln process (or request) created it meanwhile: that is the topic.
+            created = await self._registry.get(name)
+            if exc.error_code is not ErrorCode.TOPIC_ALREADY_EXISTS or created is None:
+                raise
+            return created
+
+    async def _listing_for_unknown(self, name: str) -> dict[str, int]:
+        """Kafka's listing as fresh as a lookup of a name Kiln does not know deserves."""
+        now = self._clock()
+        missing_since = self._missing.get(name)
+        recently_missing = (missing_since is not None
+                            and now - missing_since < self._settings.kafka_listing_ttl_s)
+        due = now - self._kafka_asked_at >= self._settings.missing_refresh_interval_s
+        kafka = (await self._kafka_listing(refresh=True) if due and not recently_missing
+                 else self._kafka_topics)
+        if name in kafka:
+            self._missing.pop(name, None)
+        elif not recently_missing:
+            # Missing since the listing that lacked it, however old that listing was.
+            self._missing[name] = self._kafka_asked_at
+            self._missing.move_to_end(name)
+            while len(self._missing) > self._settings.max_missing_names:
+                self._missing.popitem(last=False)
+        return kafka
 
     async def all(self) -> dict[str, TopicConfig]:
         """Kiln's topics plus any Kafka topic not yet adopted (adopted now)."""
@@ -95,10 +147,7 @@ class Catalog:
         offset is read through Kiln at its Kafka offset, so offsets stay one increasing
         sequence."""
         for partition in range(partitions):
-            resume = await resume_offset(self._kafka, name, partition)
-            if resume is None:
-                resume = await self._kafka.high_watermark(name, partition)
-            await self._queue.initialize(TopicPartition(name, partition), resume)
+            await start_partition(self._queue, self._kafka, TopicPartition(name, partition))
         log.info("adopted Kafka topic %s (%d partitions)", name, partitions)
         return await self._registry.create(new_topic(name, partitions))
 
@@ -128,6 +177,9 @@ class Catalog:
                 raise
             log.warning("Kafka unreachable; topic %s created in Kiln only for now", name)
         created = await self._registry.create(dataclasses.replace(config, partitions=partitions))
+        for partition in range(created.partitions):
+            # Kafka holds none of a new topic's records: its offsets start at 0.
+            await self._queue.initialize(TopicPartition(name, partition), 0)
         log.info("topic %s created with %d partitions", name, created.partitions)
         return created
 
@@ -145,11 +197,19 @@ class Catalog:
         return kafka.get(name, partitions)
 
     async def _kafka_listing(self, *, refresh: bool) -> dict[str, int]:
-        now = time.monotonic()
-        if refresh or now - self._kafka_listed_at > self._settings.kafka_listing_ttl_s:
+        if not refresh and (self._clock() - self._kafka_listed_at
+                            <= self._settings.kafka_listing_ttl_s):
+            return self._kafka_topics
+        started_before = self._listings_started
+        async with self._listing:
+            # A listing that started while this caller waited is as fresh as it asked for.
+            if self._listings_started > started_before:
+                return self._kafka_topics
+            self._listings_started += 1
+            asked_at = self._kafka_asked_at = self._clock()
             try:
                 self._kafka_topics = await self._kafka.list_topics()
-                self._kafka_listed_at = now
+                self._kafka_listed_at = asked_at
             except HardenedStoreUnavailable as exc:
                 log.debug("cannot list Kafka topics: %s", exc)
         return self._kafka_topics

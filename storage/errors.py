@@ -16,6 +16,14 @@ class BufferUnavailable(StorageError):
         super().__init__(ErrorCode.NOT_ENOUGH_REPLICAS, f"log queue unavailable: {message}")
 
 
+class PartitionLost(StorageError):
+    """Redis lost a partition's state (restarted empty, flushed or evicted): records it held
+    that were not hardened are gone, and its offsets were started again from Kafka."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.KAFKA_STORAGE_ERROR, message)
+
+
 class BufferFull(StorageError):
     """The buffer budget is used up; producers should back off and retry."""
 

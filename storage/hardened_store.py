@@ -31,6 +31,7 @@ from proxy.protocol.apis import Message
 from proxy.protocol.errors import ErrorCode, KafkaError
 from proxy.protocol.records import (
     HardenedBatch,
+    SourceBatch,
     iter_hardened_batches,
     last_kiln_offset,
     record_set_end,
@@ -190,7 +191,8 @@ class HardenedPartitionWriter:
         if not self._ready:
             raise RuntimeError(f"{self.topic}[{self.partition}]: recover() before write()")
         skip = max(skip_below, self._next_kiln_offset)
-        sources = [(b.base_offset, b.data) for b in batches if b.next_offset > skip]
+        sources: list[SourceBatch] = [(b.base_offset, b.data, b.carries_kiln_header)
+                                      for b in batches if b.next_offset > skip]
         if not sources:
             return NOTHING_WRITTEN
         self._ready = False  # until every batch is acknowledged
@@ -276,12 +278,6 @@ class HardenedPartitionWriter:
                 await asyncio.gather(*(answer for answer, _ in in_flight),
                                      return_exceptions=True)
         return progress
-
-
-async def resume_offset(client: KafkaClient, topic: str, partition: int) -> int | None:
-    """The Kiln offset after the last record in a Kafka partition (None if it holds none).
-    Read-only: it fences nobody."""
-    return (await tail_position(client, topic, partition))[0]
 
 
 async def tail_position(client: KafkaClient, topic: str, partition: int

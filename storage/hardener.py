@@ -32,7 +32,7 @@ from storage.errors import BufferUnavailable, Fenced, StorageError
 from storage.hardened_store import NOTHING_WRITTEN, HardenedPartitionWriter
 from storage.kafka.client import KafkaClient
 from storage.log_queue import LogQueue
-from storage.model import StoredBatch, TopicPartition
+from storage.model import Reliability, StoredBatch, TopicPartition
 from storage.operator_requests import flush_requests
 from storage.policy.delay import due_prefix
 from storage.policy.observer import DelayObserver
@@ -54,6 +54,10 @@ class HardenerSettings:
     lease_ms: int = 4_000
     max_backoff_s: float = 5.0
     topic_scan_s: float = 1.0
+    # Idempotence state of a producer silent this long is forgotten, as Kafka's
+    # producer.id.expiration.ms (1 day) does; looked for every producer_prune_s.
+    producer_expiration_ms: int = 86_400_000
+    producer_prune_s: float = 600.0
 
 
 @dataclass
@@ -139,13 +143,25 @@ class Hardener:
         """Start a task for every partition as topics appear. (An idle partition's task
         looks at Redis once per lease renewal period, which is how appends through other
         Kiln processes are noticed; appends through this one call `appended` at once.)"""
+        pruned_at = time.monotonic()
         while not self._stopping.is_set():
             try:
                 await self._scan_topics()
                 await self._take_flush_requests()
+                if time.monotonic() - pruned_at >= self._settings.producer_prune_s:
+                    pruned_at = time.monotonic()
+                    await self._prune_producers()
             except StorageError as exc:
                 log.warning("hardener cannot scan topics: %s", exc)
             await asyncio.sleep(self._settings.topic_scan_s)
+
+    async def _prune_producers(self) -> None:
+        silent_since = self._clock() - self._settings.producer_expiration_ms
+        forgotten = 0
+        for tp in list(self._tasks):
+            forgotten += await self._queue.prune_producers(tp, silent_since)
+        if forgotten:
+            log.info("forgot the idempotence state of %d silent producers", forgotten)
 
     async def _scan_topics(self) -> None:
         for config in (await self._catalog.all()).values():
@@ -239,7 +255,8 @@ class Hardener:
         if in_kafka is not None and in_kafka > state.hardened_offset:
             # Crashed after writing to Kafka and before trimming Redis: finish the trim.
             await self._queue.trim_below(tp, in_kafka)
-        self._waiters.settled(tp, skip_below)
+        if state.incarnation:
+            self._waiters.settled(tp, state.incarnation, skip_below)
         log.info("hardening %s/%d from Kiln offset %d", tp.topic, tp.partition, skip_below)
         return writer, skip_below
 
@@ -247,7 +264,8 @@ class Hardener:
                           skip_below: int) -> int:
         """Harden the due prefix of the partition (up to the read limit); returns the new
         skip_below (every offset below it is in Kafka or was dropped)."""
-        batches = await self._queue.read(tp, self._settings.read_limit_bytes)
+        read = await self._queue.read(tp, self._settings.read_limit_bytes)
+        batches = read.batches
         if not batches:
             return skip_below
         due = due_prefix(batches, self._due_before(tp, self._clock(), batches[0].base_offset))
@@ -256,12 +274,10 @@ class Hardener:
         config = await self._catalog.lookup(tp.topic, allow_create=False)
         policy = HardenPolicy.SURVIVORS if config is None else config.harden
         delivered_below = 0
-        if policy is HardenPolicy.SURVIVORS:
+        if policy is not HardenPolicy.ALL:
             delivered_below = (await self._queue.state(tp)).delivered_offset
         write_from = max(skip_below, delivered_below)
-        to_write = [b for b in due
-                    if policy is not HardenPolicy.NEVER and should_harden(b.reliability)
-                    and b.next_offset > write_from]
+        to_write = [b for b in due if _hardens(b, policy) and b.next_offset > write_from]
         upto = due[-1].next_offset
         result = NOTHING_WRITTEN
         if to_write:
@@ -276,8 +292,18 @@ class Hardener:
             per_topic[tp.topic] = per_topic.get(tp.topic, 0) + result.records
             if self.counters.on_written is not None:
                 self.counters.on_written(tp.topic, to_write, self._clock())
-        await self._queue.trim_read(tp, due, written_records=result.records,
+        await self._queue.trim_read(tp, read, due, written_records=result.records,
                                     written_bytes=result.bytes,
                                     delivered_below=delivered_below)
-        self._waiters.settled(tp, upto)
+        self._waiters.settled(tp, read.incarnation, upto)
         return max(skip_below, upto)
+
+
+
+def _hardens(batch: StoredBatch, policy: HardenPolicy) -> bool:
+    """Persistent batches are hardened unless the topic says never; an assured batch always
+    is (unless delivered): its producer waits to be told it is safe, and the topic may have
+    been set to never only after it was appended."""
+    if batch.reliability is Reliability.ASSURED_PERSISTENT:
+        return True
+    return policy is not HardenPolicy.NEVER and should_harden(batch.reliability)

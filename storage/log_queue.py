@@ -6,15 +6,19 @@ one hash tag per partition, so the layout is Redis Cluster-ready.
 
 Layout per partition (`{topic/partition}` is the hash tag):
   kiln:{t/p}:log     stream; entry id `<base_offset>-1`; fields d=batch bytes, n=records,
-                     t=append time (ms), l=reliability level, c=bytes appended before it
-  kiln:{t/p}:meta    hash; next (high watermark), hardened (every offset below it is in
+                     t=append time (ms), l=reliability level, c=bytes appended before it,
+                     k=1 when a record carries a client's own `kiln.offset` header
+  kiln:{t/p}:meta    hash; inc (incarnation: a token made when Kiln starts the partition in
+                     Redis, so a partition Redis lost and Kiln started again is told apart),
+                     next (high watermark), hardened (every offset below it is in
                      Kafka or needs no hardening), delivered (every offset below it is
                      delivered), appended (bytes ever appended), bytes and records buffered,
                      and what left the queue how: hardened_records/_bytes (written to Kafka),
                      delivered_records/_bytes (dropped as delivered), expired_records (never
                      to be hardened: non-persistent levels, harden=never)
   kiln:{t/p}:commits hash; durable subscription (group) -> committed offset
-  kiln:{t/p}:pids    hash; producer id -> JSON idempotence state (epoch, last 5 batches)
+  kiln:{t/p}:pids    hash; producer id -> JSON idempotence state (epoch, last 5 batches,
+                     t=time of its last append); pruned after a producer's long silence
   kiln:{t/p}:lease   string; the Kiln process that hardens this partition (fencing token)
 
 The log queue only ever loses a prefix (hardened or delivered batches), so buffered bytes
@@ -24,8 +28,10 @@ hardening and delivered-record removal interleave.
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,71 +42,99 @@ from redis.exceptions import NoScriptError, RedisError
 from proxy.protocol.batch import read_header
 from proxy.protocol.errors import ErrorCode
 from storage import redis_pool
-from storage.errors import BufferUnavailable
+from storage.errors import BufferUnavailable, PartitionLost
 from storage.model import Reliability, StoredBatch, TopicPartition
 
 log = logging.getLogger(__name__)
 
+# The Redis server process the scripts run in: a partition's incarnation is only good in
+# the process that started it. A Redis restarted from its AOF or RDB file, or a replica
+# promoted by failover, may have lost the last writes before it took over, so the offsets
+# they took would be issued again; its partitions are started again like lost ones.
+_RUN_ID = """
+local function redis_run_id()
+  return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+end
+"""
+
 # Sequences wrap at 2^31 as in Kafka. The last five batches of each producer are remembered
-# so a retried batch is answered with its original offset and never stored twice.
-_APPEND = """
+# so a retried batch is answered with its original offset and never stored twice. Every batch
+# is checked before any is stored, so a request is appended whole or not at all. A partition
+# without an incarnation of this Redis process is new, or was lost or partly lost by Redis:
+# nothing is appended until Kiln has started it again from what Kafka holds (returns code -1).
+# Returns {error code, first offset, duplicate (0/1), incarnation}.
+_APPEND = _RUN_ID + """
 local log, meta, pids = KEYS[1], KEYS[2], KEYS[3]
 local now, level, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local first_offset = -1
-local duplicate = 0
+local incarnation = redis.call('HGET', meta, 'inc')
+if not incarnation or redis.call('HGET', meta, 'rid') ~= redis_run_id() then
+  return {-1, -1, 0, ''}
+end
+local M = 2147483648
+local plans, states = {}, {}
 for i = 0, count - 1 do
-  local a = 4 + i * 5
-  local data, n = ARGV[a], tonumber(ARGV[a + 1])
-  local pid, epoch, seq = ARGV[a + 2], tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-  local state = nil
-  local last_seq = (seq + n - 1) % 2147483648
+  local a = 4 + i * 6
+  local n, pid = tonumber(ARGV[a + 1]), ARGV[a + 2]
+  local epoch, seq = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+  local plan = {data = ARGV[a], n = n, pid = pid, seq = seq, last = (seq + n - 1) % M,
+                headed = ARGV[a + 5]}
   if tonumber(pid) >= 0 then
-    local raw = redis.call('HGET', pids, pid)
-    if raw then
-      state = cjson.decode(raw)
-      if epoch < state.e then
-        return {47, -1, 0}
-      end
-      if epoch == state.e then
-        local dup = nil
-        for _, b in ipairs(state.b) do
-          if b[1] == seq and b[2] == last_seq then dup = b[3] end
-        end
-        if dup then
-          if first_offset < 0 then first_offset = dup end
-          duplicate = 1
-          state = 'dup'
-        else
-          local expected = (state.b[#state.b][2] + 1) % 2147483648
-          if seq ~= expected then
-            return {45, -1, 0}
-          end
-        end
-      else
-        state = {e = epoch, b = {}}
-      end
-    else
+    local state = states[pid]
+    if state == nil then
+      local raw = redis.call('HGET', pids, pid)
+      if raw then state = cjson.decode(raw) else state = {e = epoch, b = {}} end
+    end
+    if epoch < state.e then return {47, -1, 0, incarnation} end
+    if epoch > state.e then
+      -- A new epoch starts its sequences again at 0, as Kafka checks.
+      if seq ~= 0 then return {45, -1, 0, incarnation} end
       state = {e = epoch, b = {}}
     end
+    for _, b in ipairs(state.b) do
+      if b[1] == seq and b[2] == plan.last and b[3] >= 0 then plan.dup = b[3] end
+    end
+    if not plan.dup and #state.b > 0 then
+      if seq ~= (state.b[#state.b][2] + 1) % M then return {45, -1, 0, incarnation} end
+    end
+    -- An unknown producer (new, or pruned after a long silence) may start at any sequence.
+    if not plan.dup then table.insert(state.b, {seq, plan.last, -1}) end
+    state.t = now
+    states[pid] = state
   end
-  if state ~= 'dup' then
-    local base = tonumber(redis.call('HGET', meta, 'next') or '0')
-    local size = string.len(data)
+  plans[#plans + 1] = plan
+end
+local first_offset, duplicate = -1, 0
+for _, plan in ipairs(plans) do
+  if plan.dup then
+    if first_offset < 0 then first_offset = plan.dup end
+    duplicate = 1
+  else
+    local base = tonumber(redis.call('HGET', meta, 'next'))
+    local size = string.len(plan.data)
     local before = redis.call('HINCRBY', meta, 'appended', size) - size
-    redis.call('XADD', log, string.format('%d-1', base), 'd', data, 'n', n, 't', now, 'l', level,
-               'c', before)
-    redis.call('HSET', meta, 'next', base + n)
+    if plan.headed == '1' then
+      redis.call('XADD', log, string.format('%d-1', base), 'd', plan.data, 'n', plan.n,
+                 't', now, 'l', level, 'c', before, 'k', 1)
+    else
+      redis.call('XADD', log, string.format('%d-1', base), 'd', plan.data, 'n', plan.n,
+                 't', now, 'l', level, 'c', before)
+    end
+    redis.call('HSET', meta, 'next', base + plan.n)
     redis.call('HINCRBY', meta, 'bytes', size)
-    redis.call('HINCRBY', meta, 'records', n)
+    redis.call('HINCRBY', meta, 'records', plan.n)
     if first_offset < 0 then first_offset = base end
-    if state then
-      table.insert(state.b, {seq, last_seq, base})
-      if #state.b > 5 then table.remove(state.b, 1) end
-      redis.call('HSET', pids, pid, cjson.encode(state))
+    if tonumber(plan.pid) >= 0 then
+      for _, b in ipairs(states[plan.pid].b) do
+        if b[1] == plan.seq and b[2] == plan.last and b[3] == -1 then b[3] = base end
+      end
     end
   end
 end
-return {0, first_offset, duplicate}
+for pid, state in pairs(states) do
+  while #state.b > 5 do table.remove(state.b, 1) end
+  redis.call('HSET', pids, pid, cjson.encode(state))
+end
+return {0, first_offset, duplicate, incarnation}
 """
 
 # Shared by every script that removes entries. trim_prefix removes the entries whose records
@@ -157,9 +191,11 @@ return {b1 - b0, removed_bytes}
 
 # The hardener finished a pass up to ARGV[1]: it wrote ARGV[2] records (ARGV[3] bytes to
 # Kafka) and skipped the records below ARGV[4] as delivered. Whatever else was removed will
-# never be hardened (non-persistent levels, harden=never).
+# never be hardened (non-persistent levels, harden=never). The pass read incarnation
+# ARGV[5]; if Redis lost the partition since, nothing is touched (returns -1).
 _TRIM_READ = _TRIM_PREFIX + """
 local log, meta = KEYS[1], KEYS[2]
+if redis.call('HGET', meta, 'inc') ~= ARGV[5] then return -1 end
 local upto, written = tonumber(ARGV[1]), tonumber(ARGV[2])
 local b0, b1, removed_bytes = trim_prefix(log, meta, upto)
 local delivered = math.max(0, math.min(tonumber(ARGV[4]), b1) - b0)
@@ -176,7 +212,7 @@ return b1 - b0
 # every durable subscription of the topic. The delivered mark becomes the lowest of their
 # commits (capped at the high watermark: committing past it delivers nothing not yet
 # appended) and, when ARGV[3] is 1, the batches wholly below it are dropped.
-# Returns {delivered mark, records dropped}.
+# Returns {delivered mark, records dropped, incarnation}.
 _DELIVER = _TRIM_PREFIX + """
 local log, meta, commits = KEYS[1], KEYS[2], KEYS[3]
 local next_offset = tonumber(redis.call('HGET', meta, 'next') or '0')
@@ -186,7 +222,10 @@ end
 local lowest = nil
 for i = 4, #ARGV do
   local committed = redis.call('HGET', commits, ARGV[i])
-  if not committed then return {tonumber(redis.call('HGET', meta, 'delivered') or '0'), 0} end
+  if not committed then
+    return {tonumber(redis.call('HGET', meta, 'delivered') or '0'), 0,
+            redis.call('HGET', meta, 'inc') or ''}
+  end
   committed = tonumber(committed)
   if lowest == nil or committed < lowest then lowest = committed end
 end
@@ -201,7 +240,7 @@ if ARGV[3] == '1' then
     redis.call('HINCRBY', meta, 'delivered_bytes', removed_bytes)
   end
 end
-return {delivered, dropped}
+return {delivered, dropped, redis.call('HGET', meta, 'inc') or ''}
 """
 
 # Take or renew the hardening lease of a partition; returns 1 when this owner holds it.
@@ -214,22 +253,42 @@ end
 return 0
 """
 
-# A partition whose state is new to Redis starts its offsets where Kafka's Kiln records end,
-# so Kiln offsets never repeat after Redis lost its data.
-_INITIALIZE = """
-if redis.call('HSETNX', KEYS[1], 'next', ARGV[1]) == 1 then
-  redis.call('HSET', KEYS[1], 'hardened', ARGV[1])
-  return 1
+# A partition whose state is new to Redis (or lost by it) starts its offsets where Kafka's
+# Kiln records end, so Kiln offsets never repeat after Redis lost its data, under a new
+# incarnation (ARGV[2]): what waits on the old one learns its records are gone. One that
+# Redis kept across a restart or failover (the incarnation of another Redis process) goes
+# on from the larger of its own next offset and Kafka's, in a new incarnation too: the
+# restored state may lack the last appends. Returns 1 when started here, 0 when already
+# started in this Redis process.
+_INITIALIZE = _RUN_ID + """
+local meta, resume, rid = KEYS[1], ARGV[1], redis_run_id()
+if redis.call('HGET', meta, 'inc') and redis.call('HGET', meta, 'rid') == rid then
+  return 0
 end
+-- Offsets stay decimal strings: Lua's numbers are exact only below 2^53.
+local kept = redis.call('HGET', meta, 'next')
+if kept and (#kept > #resume or (#kept == #resume and kept > resume)) then resume = kept end
+local hardened = redis.call('HGET', meta, 'hardened') or resume
+redis.call('HSET', meta, 'next', resume, 'hardened', hardened, 'inc', ARGV[2], 'rid', rid)
+return 1
+"""
+
+# 1 when the partition was started in this Redis process (see _INITIALIZE).
+_STARTED = _RUN_ID + """
+if redis.call('HGET', KEYS[1], 'inc') and redis.call('HGET', KEYS[1], 'rid') == redis_run_id()
+then return 1 end
 return 0
 """
 
 # Entries from ARGV[1] on, stopping before ARGV[2] bytes of batch data are exceeded (at
 # least one entry) or at ARGV[3] entries: reads never move more than a reader can use.
+# Returns {incarnation of the partition (KEYS[2], its meta, when given), entries}.
 _READ_RANGE = """
 local key, start = KEYS[1], ARGV[1]
 local limit, most = tonumber(ARGV[2]), tonumber(ARGV[3])
 local out, size = {}, 0
+local incarnation = ''
+if KEYS[2] then incarnation = redis.call('HGET', KEYS[2], 'inc') or '' end
 while #out < most do
   local entries = redis.call('XRANGE', key, start, '+', 'COUNT', 16)
   if #entries == 0 then break end
@@ -238,14 +297,27 @@ while #out < most do
     for j = 1, #f, 2 do
       if f[j] == 'd' then len = string.len(f[j + 1]) end
     end
-    if #out > 0 and size + len > limit then return out end
+    if #out > 0 and size + len > limit then return {incarnation, out} end
     out[#out + 1] = e
     size = size + len
-    if #out >= most then return out end
+    if #out >= most then return {incarnation, out} end
   end
   start = '(' .. entries[#entries][1]
 end
-return out
+return {incarnation, out}
+"""
+
+# Forget the producers ARGV[2..] unless one appended since ARGV[1] (ms).
+_FORGET_PRODUCERS = """
+local removed = 0
+for i = 2, #ARGV do
+  local raw = redis.call('HGET', KEYS[1], ARGV[i])
+  if raw and tonumber(cjson.decode(raw).t or 0) < tonumber(ARGV[1]) then
+    redis.call('HDEL', KEYS[1], ARGV[i])
+    removed = removed + 1
+  end
+end
+return removed
 """
 
 _RELEASE = """
@@ -258,20 +330,45 @@ _READ_BATCHES = 200
 
 
 @dataclass(frozen=True, slots=True)
+class AppendBatch:
+    """One validated client record batch, as it is stored."""
+
+    data: bytes
+    record_count: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    carries_kiln_header: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class AppendRequest:
     """One partition's share of a produce request, already validated."""
 
     tp: TopicPartition
     reliability: Reliability
-    # (batch bytes, record_count, producer_id, producer_epoch, base_sequence)
-    batches: Sequence[tuple[bytes, int, int, int, int]]
+    batches: Sequence[AppendBatch]
+
+    @property
+    def record_count(self) -> int:
+        return sum(b.record_count for b in self.batches)
+
+    @property
+    def size(self) -> int:
+        return sum(len(b.data) for b in self.batches)
 
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
     error_code: ErrorCode
     base_offset: int
-    duplicate: bool
+    duplicate: bool  # a retry of a batch already stored: answered with its first offset
+    # The partition's incarnation the records went into; an answer waiting on them is tied
+    # to it, never to the offset alone (after a Redis loss offsets are issued again).
+    incarnation: str = ""
+    # Redis holds no state for the partition (new to it, or lost): nothing was appended;
+    # start the partition from what Kafka holds, then append again.
+    needs_start: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +378,7 @@ class PartitionState:
     buffered_bytes: int
     buffered_records: int
     delivered_offset: int = 0
+    incarnation: str = ""  # "" when Redis holds no state for the partition
     hardened_records: int = 0
     hardened_bytes: int = 0
     delivered_records: int = 0
@@ -302,6 +400,15 @@ class PartitionState:
 class DeliverResult:
     delivered_offset: int
     records_dropped: int
+    incarnation: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRead:
+    """The oldest batches of a partition, read in one incarnation of it."""
+
+    incarnation: str
+    batches: list[StoredBatch]
 
 
 def _key(tp: TopicPartition, kind: str) -> str:
@@ -318,9 +425,11 @@ class LogQueue:
         self._lease = redis.register_script(_LEASE)
         self._release = redis.register_script(_RELEASE)
         self._initialize = redis.register_script(_INITIALIZE)
+        self._started = redis.register_script(_STARTED)
         self._read_range = redis.register_script(_READ_RANGE)
         self._trim_read = redis.register_script(_TRIM_READ)
         self._deliver = redis.register_script(_DELIVER)
+        self._forget_producers = redis.register_script(_FORGET_PRODUCERS)
 
     @classmethod
     def from_url(cls, url: str, max_connections: int = 64) -> LogQueue:
@@ -345,18 +454,16 @@ class LogQueue:
         calls: list[tuple[list[str], list[bytes | int]]] = []
         for req in requests:
             args: list[bytes | int] = [now_ms, int(req.reliability), len(req.batches)]
-            for data, count, pid, epoch, seq in req.batches:
-                args += [data, count, pid, epoch, seq]
+            for b in req.batches:
+                args += [b.data, b.record_count, b.producer_id, b.producer_epoch,
+                         b.base_sequence, int(b.carries_kiln_header)]
             calls.append(([_key(req.tp, "log"), _key(req.tp, "meta"), _key(req.tp, "pids")],
                           args))
         try:
             replies = await self._run_all(self._append, calls)
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
-        return [
-            AppendResult(ErrorCode.of(int(code)), int(base), bool(dup))
-            for code, base, dup in replies
-        ]
+        return [_append_result(reply) for reply in replies]
 
     async def _run_all(self, script: AsyncScript,
                        calls: Sequence[tuple[list[str], Sequence[bytes | int | str]]]
@@ -382,15 +489,17 @@ class LogQueue:
         return replies
 
     async def read(self, tp: TopicPartition, limit_bytes: int, max_batches: int = 1000
-                   ) -> list[StoredBatch]:
+                   ) -> QueueRead:
         """Batches from the start of the partition's log, oldest first, up to limit_bytes
-        (at least one batch when any exists)."""
+        (at least one batch when any exists), with the incarnation they belong to."""
         try:
-            entries = await self._read_range(keys=[_key(tp, "log")],
-                                             args=["-", limit_bytes, max_batches])
+            incarnation, entries = await self._read_range(
+                keys=[_key(tp, "log"), _key(tp, "meta")], args=["-", limit_bytes, max_batches])
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
-        return [_stored_batch(entry_id, _field_map(fields)) for entry_id, fields in entries]
+        return QueueRead(_text(incarnation),
+                         [_stored_batch(entry_id, _field_map(fields))
+                          for entry_id, fields in entries])
 
     async def peek_oldest(self, tp: TopicPartition) -> StoredBatch | None:
         try:
@@ -420,6 +529,7 @@ class LogQueue:
             for reply in (before, after, first, meta):
                 if isinstance(reply, Exception):
                     raise reply
+            after = after[1]
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
         state = _partition_state(meta)
@@ -500,22 +610,28 @@ class LogQueue:
             raise BufferUnavailable(str(exc)) from exc
         return int(removed[0]), int(removed[1])
 
-    async def trim_read(self, tp: TopicPartition, batches: Sequence[StoredBatch], *,
-                        written_records: int, written_bytes: int, delivered_below: int) -> int:
-        """Drop `batches`, the oldest of the partition as just read by the caller (who holds
-        the partition's lease), and advance the hardened mark past them. The caller wrote
+    async def trim_read(self, tp: TopicPartition, read: QueueRead, batches: Sequence[StoredBatch],
+                        *, written_records: int, written_bytes: int, delivered_below: int
+                        ) -> int:
+        """Drop `batches`, the oldest of `read` (made by the caller, who holds the
+        partition's lease), and advance the hardened mark past them. The caller wrote
         `written_records` of them to Kafka and skipped those below `delivered_below` as
         delivered; the rest are counted as expired. Returns the entries removed (fewer when
-        delivered-record removal took some first)."""
+        delivered-record removal took some first). Raises PartitionLost when Redis lost the
+        partition since the read: the marks of its new incarnation are not the caller's."""
         if not batches:
             return 0
         try:
-            removed = await self._trim_read(
+            removed = int(await self._trim_read(
                 keys=[_key(tp, "log"), _key(tp, "meta")],
-                args=[batches[-1].next_offset, written_records, written_bytes, delivered_below])
+                args=[batches[-1].next_offset, written_records, written_bytes, delivered_below,
+                      read.incarnation]))
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
-        return int(removed)
+        if removed < 0:
+            raise PartitionLost(f"{tp.topic}/{tp.partition}: Redis lost the partition's state "
+                                f"(incarnation {read.incarnation!r}) while it was hardened")
+        return removed
 
     async def deliver(self, group: str, offsets: Mapping[TopicPartition, int],
                       durable_groups: Mapping[str, Sequence[str]], drop: Mapping[str, bool]
@@ -534,8 +650,8 @@ class LogQueue:
             replies = await self._run_all(self._deliver, calls)
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
-        return {tp: DeliverResult(int(mark), int(dropped))
-                for tp, (mark, dropped) in zip(tps, replies, strict=True)}
+        return {tp: DeliverResult(int(mark), int(dropped), _text(incarnation))
+                for tp, (mark, dropped, incarnation) in zip(tps, replies, strict=True)}
 
     async def commits(self, tps: Sequence[TopicPartition]) -> list[dict[str, int]]:
         """Per partition: durable subscription -> the offset it committed."""
@@ -552,12 +668,37 @@ class LogQueue:
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
 
-    async def initialize(self, tp: TopicPartition, next_offset: int) -> bool:
-        """Start a partition's offsets at `next_offset` unless Redis already knows it."""
+    async def started(self, tp: TopicPartition) -> bool:
+        """Whether the partition has an incarnation of the Redis process serving now."""
         try:
-            return bool(await self._initialize(keys=[_key(tp, "meta")], args=[next_offset]))
+            return bool(await self._started(keys=[_key(tp, "meta")]))
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
+
+    async def initialize(self, tp: TopicPartition, next_offset: int) -> bool:
+        """Start a partition's offsets at `next_offset` (or on from its own, if Redis kept
+        one that is larger), in a new incarnation, unless it was started in the Redis
+        process serving now. True when it was started here."""
+        try:
+            return bool(await self._initialize(keys=[_key(tp, "meta")],
+                                               args=[next_offset, uuid.uuid4().hex]))
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+
+    async def prune_producers(self, tp: TopicPartition, silent_since_ms: int) -> int:
+        """Forget the idempotence state of producers that have not appended to `tp` since
+        `silent_since_ms` (Kafka's producer.id.expiration.ms): the hash would otherwise grow
+        with every producer id ever seen. A forgotten producer that comes back is taken as
+        new, as Kafka takes one whose state expired. Returns how many were forgotten."""
+        key = _key(tp, "pids")
+        removed = 0
+        try:
+            async for chunk in _stale_producer_chunks(self._redis, key, silent_since_ms):
+                removed += int(await self._forget_producers(keys=[key],
+                                                            args=[silent_since_ms, *chunk]))
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        return removed
 
     async def acquire_lease(self, tp: TopicPartition, owner: str, ttl_ms: int) -> bool:
         try:
@@ -572,6 +713,32 @@ class LogQueue:
             raise BufferUnavailable(str(exc)) from exc
 
 
+async def _stale_producer_chunks(redis: aioredis.Redis, key: str, silent_since_ms: int,
+                                 size: int = 500) -> AsyncIterator[list[bytes]]:
+    """Producer ids of `key` whose last append is older than `silent_since_ms`, in chunks
+    (read with HSCAN, so a large hash never blocks Redis in one call)."""
+    chunk: list[bytes] = []
+    async for pid, raw in redis.hscan_iter(key, count=size):
+        if int(json.loads(raw).get("t", 0)) < silent_since_ms:
+            chunk.append(pid)
+            if len(chunk) >= size:
+                yield chunk
+                chunk = []
+    if chunk:
+        yield chunk
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _append_result(reply: Sequence[Any]) -> AppendResult:
+    code, base, duplicate, incarnation = reply
+    if int(code) < 0:
+        return AppendResult(ErrorCode.NONE, -1, False, needs_start=True)
+    return AppendResult(ErrorCode.of(int(code)), int(base), bool(duplicate), _text(incarnation))
+
+
 def _stored_batch(entry_id: Any, fields: Any) -> StoredBatch:
     return StoredBatch(
         base_offset=int(entry_id.split(b"-", 1)[0]),
@@ -579,6 +746,7 @@ def _stored_batch(entry_id: Any, fields: Any) -> StoredBatch:
         append_time_ms=int(fields[b"t"]),
         reliability=Reliability(int(fields[b"l"])),
         data=fields[b"d"],
+        carries_kiln_header=b"k" in fields,
     )
 
 
@@ -604,4 +772,5 @@ def _partition_state(raw: Mapping[Any, Any]) -> PartitionState:
         delivered_records=number(b"delivered_records"),
         delivered_bytes=number(b"delivered_bytes"),
         expired_records=number(b"expired_records"),
+        incarnation=_text(raw.get(b"inc", b"")),
     )

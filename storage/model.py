@@ -47,6 +47,9 @@ class StoredBatch:
     append_time_ms: int
     reliability: Reliability
     data: bytes
+    # A record of it carries a `kiln.offset` header the client sent: the batch may not be
+    # forwarded as it is, or that header would pass for Kiln's lineage.
+    carries_kiln_header: bool = False
 
     @property
     def next_offset(self) -> int:

@@ -140,12 +140,36 @@ def with_kiln_configs(config: TopicConfig, configs: Mapping[str, str]) -> TopicC
             changes[field_name] = parse(value)
         except ValueError as exc:
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"{name}: {exc}") from None
-    updated = dataclasses.replace(config, **changes)
+    updated = _capped_for_harden_never(dataclasses.replace(config, **changes), configs)
     if updated.reliability > updated.max_reliability:
         raise KafkaError(ErrorCode.INVALID_CONFIG,
                          f"kiln.reliability {updated.reliability.name.lower()} is above "
                          f"kiln.max.reliability {updated.max_reliability.name.lower()}")
     return updated
+
+
+# Under kiln.harden=never nothing reaches Kafka, so no level that promises to survive a Redis
+# loss may be asked for: an acks=all producer must not be told its records are safe.
+NEVER_HARDENED_MAX = Reliability.RELIABLE_NONPERSISTENT
+
+
+def _capped_for_harden_never(config: TopicConfig, given: Mapping[str, str]) -> TopicConfig:
+    """Under harden=never, levels left as they were come down to NEVER_HARDENED_MAX; a
+    persistent level given in the same change is refused (INVALID_CONFIG)."""
+    if config.harden is not HardenPolicy.NEVER:
+        return config
+    for name, field_name in (("kiln.max.reliability", "max_reliability"),
+                             ("kiln.reliability", "reliability")):
+        level = getattr(config, field_name)
+        if level <= NEVER_HARDENED_MAX:
+            continue
+        if name in given:
+            raise KafkaError(ErrorCode.INVALID_CONFIG,
+                             f"{name} {level.name.lower()} needs hardening, and kiln.harden is "
+                             f"never: use {NEVER_HARDENED_MAX.name.lower()} or lower")
+        changes: dict[str, Any] = {field_name: NEVER_HARDENED_MAX}
+        config = dataclasses.replace(config, **changes)
+    return config
 
 
 def kiln_configs(config: TopicConfig) -> dict[str, str]:

@@ -89,11 +89,11 @@ def split_batches(records: bytes | memoryview) -> Iterator[tuple[BatchHeader, me
         if header.batch_length < HEADER_SIZE - _LOG_OVERHEAD or end > total:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "batch length does not fit the record set")
         if header.record_count <= 0 or header.last_offset_delta != header.record_count - 1:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, "record count and offset delta disagree")
+            raise KafkaError(ErrorCode.INVALID_RECORD, "record count and offset delta disagree")
         if header.compression > 4:
             raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"codec {header.compression}")
         if header.is_control:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, "producers may not send control batches")
+            raise KafkaError(ErrorCode.INVALID_RECORD, "producers may not send control batches")
         batch = view[pos:end]
         if crc32c.crc32c(batch[_CRC_FROM:]) != header.crc:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "batch CRC mismatch")

@@ -64,6 +64,10 @@ MIN_FORWARD_BYTES = 16 * 1024
 
 Header = tuple[str, bytes | None]
 
+# A stored client batch to harden: (Kiln offset of its first record, the batch[, whether the
+# client's records carry a `kiln.offset` header of their own, as produce validation found]).
+SourceBatch = tuple[int, bytes] | tuple[int, bytes, bool]
+
 
 @dataclass(frozen=True, slots=True)
 class HardenedBatch:
@@ -141,7 +145,7 @@ def _checked_batch(data: bytes | memoryview) -> bytes:
 
 
 def build_hardened_batches(
-    sources: Sequence[tuple[int, bytes]],
+    sources: Sequence[SourceBatch],
     skip_below: int,
     *,
     producer_id: int,
@@ -165,7 +169,10 @@ def build_hardened_batches(
       merged.
     - A `kiln.offset` header. From the first Kiln offset that does not continue Kafka's
       offsets (records delivered and dropped, or not to be hardened; or `kafka_end` None)
-      every record gets one, appended after the client's own.
+      every record gets one, appended after the client's own. So do the records of a source
+      flagged as carrying the client's own `kiln.offset` headers, even while aligned (they
+      still land at Kafka offset = Kiln offset, and batches after them may be forwarded):
+      forwarded, the client's header would be read as Kiln's.
 
     Re-encoded records are packed into batches of at most `max_batch_bytes` uncompressed (so
     compressed ones are smaller still; a single larger record gets a batch of its own), each
@@ -179,7 +186,7 @@ def build_hardened_batches(
 
 
 def iter_hardened_batches(
-    sources: Iterable[tuple[int, bytes]],
+    sources: Iterable[SourceBatch],
     skip_below: int,
     *,
     producer_id: int,
@@ -204,21 +211,30 @@ def iter_hardened_batches(
             yield built
         pending.clear()
 
-    for kiln_base, data in sources:
-        batch = _checked_batch(data)
+    for source in sources:
+        kiln_base, batch = source[0], _checked_batch(source[1])
+        # A client's own `kiln.offset` header would pass for Kiln's lineage in a forwarded
+        # batch: such records are always re-encoded with Kiln's header appended last.
+        client_headed = len(source) > 2 and bool(source[2])
         header = read_header(batch)
         if header.is_control or kiln_base + header.record_count <= skip_below:
             continue
         first = max(kiln_base, skip_below)
         if aligned_next is not None and first != aligned_next:
             aligned_next = None
-        if aligned_next is None:
+        if aligned_next is not None:
+            aligned_next = kiln_base + header.record_count
+        if aligned_next is None or client_headed:
+            # Headed records land wherever Kafka puts them; while aligned, that is still
+            # at their Kiln offsets, so later batches may be forwarded again.
             if pending and not pending_headed:
                 yield from flush()
             pending_headed = True
             pending.append((kiln_base, batch))
             continue
-        aligned_next = kiln_base + header.record_count
+        if pending and pending_headed:
+            yield from flush()
+        pending_headed = False
         if first == kiln_base and len(batch) <= max_batch_bytes and (
                 header.record_count >= MIN_FORWARD_RECORDS or len(batch) >= MIN_FORWARD_BYTES):
             yield from flush()

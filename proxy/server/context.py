@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from storage.acks import SettledWaiters
+from storage.appender import Appender
 from storage.appends import AppendSignals
 from storage.budget import BufferBudget
 from storage.catalog import Catalog
@@ -42,6 +43,7 @@ class ServerCounters:
 class KilnContext:
     settings: ServerSettings
     queue: LogQueue
+    appender: Appender  # appends, starting partitions Redis lost from what Kafka holds
     catalog: Catalog
     waiters: SettledWaiters
     budget: BufferBudget

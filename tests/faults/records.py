@@ -142,6 +142,10 @@ class ProducerLoop(threading.Thread):
             time.sleep(0.05)
         return False
 
+    def stop_sending(self) -> None:
+        """Send no more records (outstanding ones are still reported)."""
+        self._stop_requested.set()
+
     def stop(self, flush_timeout_s: float) -> int:
         """Stop sending, wait for every outstanding delivery report; the number left
         undelivered."""
@@ -149,3 +153,20 @@ class ProducerLoop(threading.Thread):
         self.join(10)
         remaining: int = self.producer.flush(flush_timeout_s)
         return remaining
+
+
+class NumberedLoop(ProducerLoop):
+    """A ProducerLoop whose record n is value_of(first + n), so that several producers on
+    one partition send records told apart by their values."""
+
+    def __init__(self, config: dict[str, Any], topic: str, first: int, rate: int) -> None:
+        super().__init__(config, topic, rate=rate, name=f"producer-{first}")
+        self.first = first
+
+    def _send(self, seq: int, on_delivery: Callable[[Any, Any], None]) -> None:
+        self.producer.produce(self.topic, value=value_of(self.first + seq), partition=0,
+                              on_delivery=on_delivery)
+
+    def acknowledged(self) -> set[int]:
+        with self.deliveries.lock:
+            return {self.first + seq for seq in self.deliveries.acked}

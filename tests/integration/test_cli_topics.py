@@ -239,7 +239,7 @@ def test_describe_shows_each_partition_in_both_tiers_and_the_subscriptions(
     assert slow_kiln.flush()
     produce(slow_kiln, unique_topic, {0: 2, 1: 1})
     slow_kiln.call(slow_kiln.app.delivery.committed(
-        "billing", {TopicPartition(unique_topic, 0): 5}))
+        "billing", {TopicPartition(unique_topic, 0): 5}, by_member=True))
 
     # When the operator describes the topic
     described = run_kiln("topics", "describe", unique_topic, "--json",
@@ -303,10 +303,12 @@ def test_alter_is_applied_by_a_running_kiln_within_the_cache_time(
     # Then it says what changed, and the running Kiln stores the next record as express
     assert altered.returncode == 0, altered.stderr
     lines = altered.stdout.splitlines()
-    assert lines[:3] == ["kiln.harden: survivors -> never",
+    assert lines[:4] == ["kiln.harden: survivors -> never",
+                         "kiln.max.reliability: assured_persistent -> reliable_nonpersistent",
                          "kiln.reliability: reliable_persistent -> express",
                          "running Kiln processes apply it within 1 s"]
-    batches = slow_kiln.call(slow_kiln.app.queue.read(TopicPartition(unique_topic, 0), 1 << 20))
+    batches = slow_kiln.call(
+        slow_kiln.app.queue.read(TopicPartition(unique_topic, 0), 1 << 20)).batches
     assert [b.reliability for b in batches] == [Reliability.RELIABLE_PERSISTENT,
                                                 Reliability.EXPRESS]
 

@@ -105,7 +105,7 @@ def test_every_client_reads_across_gaps_of_records_that_were_never_hardened(
     first, transient, last = make_records(300)[:100], make_records(100), make_records(100)
     offsets = produce(slow_kiln, unique_topic, first)
     slow_kiln.call(slow_kiln.app.delivery.committed(
-        "readers", {KilnTopicPartition(unique_topic, 0): 30}))
+        "readers", {KilnTopicPartition(unique_topic, 0): 30}, by_member=True))
     set_reliability(slow_kiln, unique_topic, Reliability.EXPRESS)
     produce(slow_kiln, unique_topic, transient)
     set_reliability(slow_kiln, unique_topic, Reliability.RELIABLE_PERSISTENT)
@@ -183,8 +183,8 @@ def test_a_seek_into_the_middle_of_the_hardened_records_starts_there(
 
 def test_list_offsets_sees_both_tiers(slow_kiln: RunningKiln, unique_topic: str) -> None:
     # Given 100 records hardened (stamped T0 + i s), then 100 in Redis, one batch each
-    # (stamped T1 + i s)
-    t0, t1 = 1_700_000_000_000, 1_800_000_000_000
+    # (stamped T1 + i s; T1 is in the past: Kafka refuses timestamps over an hour ahead)
+    t0, t1 = 1_700_000_000_000, 1_750_000_000_000
     cold = [Record(None, b"cold-%d" % i, (), t0 + i * 1000) for i in range(100)]
     produce(slow_kiln, unique_topic, cold)
     assert slow_kiln.flush()

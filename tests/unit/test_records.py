@@ -21,6 +21,7 @@ from proxy.protocol.records import (
     KILN_OFFSET_HEADER,
     DecodedRecord,
     HardenedBatch,
+    SourceBatch,
     build_hardened_batches,
     decode_records,
     kiln_offset_of,
@@ -279,7 +280,7 @@ def big_batch(n: int, codec: int = CODEC_NONE, start_ts: int = 1_700_000_000_000
     return client_batch(sample_records(n, start_ts), codec)
 
 
-def plan(sources: list[tuple[int, bytes]], *, kafka_end: int | None, skip_below: int = 0,
+def plan(sources: list[SourceBatch], *, kafka_end: int | None, skip_below: int = 0,
          base_sequence: int = 0, max_batch_bytes: int = 1_000_000) -> list[HardenedBatch]:
     return build_hardened_batches(sources, skip_below, base_sequence=base_sequence,
                                   max_batch_bytes=max_batch_bytes, kafka_end=kafka_end,
@@ -392,3 +393,51 @@ def test_forwarding_refuses_a_corrupt_batch() -> None:
     # When planned, Then the CRC check refuses it rather than forward it with a fresh CRC
     with pytest.raises(KafkaError, match="CRC"):
         plan([(0, bytes(data))], kafka_end=0)
+
+
+def client_headed_batch(n: int, client_offset: int = 999_999) -> bytes:
+    """A batch large enough to be forwarded whose records carry the client's own
+    `kiln.offset` header (a job mirroring a hardened topic back through Kiln)."""
+    records = [(ts, key, value, [*headers, kiln_header(client_offset)])
+               for ts, key, value, headers in sample_records(n)]
+    return client_batch(records)
+
+
+@pytest.mark.parametrize("position", ["alone", "between forwarded batches"])
+def test_a_batch_flagged_with_a_client_kiln_header_is_re_encoded_even_while_aligned(
+        position: str) -> None:
+    # Given a flagged batch of 300 records (their own kiln.offset = 999999) at Kiln offset
+    # 300, alone or between two forwardable batches, Kafka ending where the first begins
+    flagged: SourceBatch = (300, client_headed_batch(300), True)
+    sources: list[SourceBatch] = (
+        [flagged] if position == "alone"
+        else [(0, big_batch(300)), flagged, (600, big_batch(300))])
+    kafka_end = 300 if position == "alone" else 0
+
+    # When planned
+    out = plan(sources, kafka_end=kafka_end)
+
+    # Then the flagged records are re-encoded, Kiln's header last, the client's kept before
+    # it; the lineage rule reads their true Kiln offsets; the batches around are forwarded
+    headed = [b for b in out if b.kiln_headers]
+    assert all(not b.forwarded for b in headed)
+    records = all_records(headed)
+    assert [kiln_offset_of(r.headers) for r in records] == list(range(300, 600))
+    assert all(r.headers[-2] == kiln_header(999_999) for r in records)
+    assert (headed[0].first_kiln_offset, headed[-1].last_kiln_offset) == (300, 599)
+    if position != "alone":
+        assert [(b.forwarded, b.first_kiln_offset) for b in out if not b.kiln_headers] == [
+            (True, 0), (True, 600)]
+        sequences = [read_header(b.data).base_sequence for b in out]
+        assert sequences == [0, 300, 600]
+
+
+def test_an_unflagged_batch_is_still_forwarded_with_whatever_headers_it_has() -> None:
+    # Given the same records, stored without the flag (no produce validation saw them)
+    source = client_headed_batch(300)
+
+    # When planned aligned
+    [out] = plan([(0, source)], kafka_end=0)
+
+    # Then it is forwarded: the flag, set at produce time, is what keeps it from Kafka as is
+    assert (out.forwarded, out.kiln_headers) == (True, False)

@@ -6,14 +6,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from proxy.protocol.apis import CLIENT_APIS, ApiKey, Message, Request
-from proxy.protocol.batch import split_batches
 from proxy.protocol.errors import ErrorCode, KafkaError
+from proxy.protocol.validation import RecordLimits, ValidatedBatch, validate_produce_records
 from proxy.server.context import KilnContext
 from proxy.server.peer import CLIENT_HOST
 from proxy.server.reply import Deferred
-from storage.log_queue import AppendRequest
+from storage.acks import AckOutcome
+from storage.log_queue import AppendBatch, AppendRequest
 from storage.model import TopicPartition
 from storage.policy.reliability import AckPoint, ack_point, requested_level
 
@@ -29,8 +31,9 @@ class _Outcome:
     error_code: ErrorCode = ErrorCode.NONE
     base_offset: int = -1
     message: str | None = None
-    # Offset of the last record appended; an assured ack waits until it is hardened.
-    wait_for: int | None = None
+    # (incarnation, offset) of the last record appended: an assured ack waits until it is
+    # hardened or delivered in that incarnation of the partition.
+    wait_for: tuple[str, int] | None = None
 
 
 def _fail(exc: KafkaError) -> _Outcome:
@@ -45,39 +48,54 @@ async def _plan(ctx: KilnContext, request: Request, outcomes: dict[TopicPartitio
     appends: list[AppendRequest] = []
     points: list[AckPoint] = []
     total = 0
+    now = ctx.clock_ms()
+    limits = RecordLimits(max_uncompressed_bytes=ctx.settings.max_frame_bytes)
+    version = request.header.request_api_version
     for topic in body.topic_data:
+        # Records first, as Kafka's broker validates them: a partition with one bad batch is
+        # refused whole, the others go ahead, and a request refused everywhere must not
+        # create its topic.
+        valid: list[tuple[Any, ValidatedBatch]] = []
+        for part in topic.partition_data:
+            try:
+                if part.records is None:
+                    raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "no records")
+                batch = validate_produce_records(part.records, now_ms=now, limits=limits,
+                                                 api_version=version)
+                if batch.header.is_transactional:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                     "Kiln does not offer transactions")
+            except KafkaError as exc:
+                outcomes[TopicPartition(topic.name, part.index)] = _fail(exc)
+                continue
+            valid.append((part, batch))
+        if not valid:
+            continue
         try:
             config = await ctx.catalog.lookup(topic.name, allow_create=True)
             if config is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic.name!r}")
         except KafkaError as exc:
-            for part in topic.partition_data:
+            for part, _ in valid:
                 outcomes[TopicPartition(topic.name, part.index)] = _fail(exc)
             continue
         level = requested_level(acks=body.acks, topic_default=config.reliability,
                                 topic_max=config.max_reliability,
                                 producer_override=config.producer_override)
-        for part in topic.partition_data:
+        for part, batch in valid:
             tp = TopicPartition(topic.name, part.index)
-            try:
-                if not 0 <= part.index < config.partitions:
-                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                     f"{topic.name} has {config.partitions} partitions")
-                if part.records is None:
-                    raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "no records")
-                batches = []
-                for header, view in split_batches(part.records):
-                    if header.is_transactional:
-                        raise KafkaError(ErrorCode.INVALID_REQUEST,
-                                         "Kiln does not offer transactions")
-                    data = part.records if len(view) == len(part.records) else bytes(view)
-                    batches.append((data, header.record_count, header.producer_id,
-                                    header.producer_epoch, header.base_sequence))
-            except KafkaError as exc:
-                outcomes[tp] = _fail(exc)
+            if not 0 <= part.index < config.partitions:
+                outcomes[tp] = _fail(KafkaError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"{topic.name} has {config.partitions} partitions"))
                 continue
+            header = batch.header
+            # A produce request holds exactly one batch per partition (validated above).
+            data = part.records if len(batch.data) == len(part.records) else bytes(batch.data)
             outcomes[tp] = _Outcome()
-            appends.append(AppendRequest(tp, level, batches))
+            appends.append(AppendRequest(tp, level, [AppendBatch(
+                data, header.record_count, header.producer_id, header.producer_epoch,
+                header.base_sequence, carries_kiln_header=batch.carries_kiln_header)]))
             points.append(ack_point(level))
             total += len(part.records)
     return appends, points, total
@@ -93,9 +111,8 @@ async def handle(ctx: KilnContext, request: Request) -> Message | Deferred | Non
     appends, points, total_bytes = await _plan(ctx, request, outcomes)
     throttle_ms = ctx.budget.admit(total_bytes) if appends else 0
     now = ctx.clock_ms()
-    results = await ctx.queue.append(appends, now)
+    results = await ctx.appender.append(appends, now)
     sender = (request.header.client_id, CLIENT_HOST.get())
-    records = 0
     for append, point, result in zip(appends, points, results, strict=True):
         outcome = outcomes[append.tp]
         outcome.error_code = result.error_code
@@ -103,16 +120,17 @@ async def handle(ctx: KilnContext, request: Request) -> Message | Deferred | Non
             outcome.message = result.error_code.name
             continue
         outcome.base_offset = result.base_offset
+        count = append.record_count
+        if point is AckPoint.ON_HARDENED_OR_DELIVERED:
+            outcome.wait_for = (result.incarnation, result.base_offset + count - 1)
+        if result.duplicate:
+            continue  # a retry answered with its original offset: nothing new arrived
+        size = append.size
         ctx.appends.appended(append.tp)
-        count = sum(b[1] for b in append.batches)
-        size = sum(len(b[0]) for b in append.batches)
-        records += count
         ctx.metrics.appended(append.tp.topic, append.reliability, count, size)
         ctx.delay.appended(append.tp, sender, count, size, result.base_offset + count, now)
-        if point is AckPoint.ON_HARDENED_OR_DELIVERED:
-            outcome.wait_for = result.base_offset + count - 1
-    ctx.counters.records_in += records
-    ctx.counters.bytes_in += total_bytes
+        ctx.counters.records_in += count
+        ctx.counters.bytes_in += size
     if body.acks == 0:
         return None
     if any(o.wait_for is not None for o in outcomes.values()):
@@ -127,19 +145,29 @@ async def _answer_when_guaranteed(ctx: KilnContext, request: Request,
     return _response(request, outcomes, throttle_ms)
 
 
+# What a producer waiting for an assured ack is told when it is not settled. Both are
+# retriable: an idempotent producer's retry of records still buffered is answered with the
+# original offset; records Redis lost are appended again.
+_NOT_SETTLED = {
+    AckOutcome.TIMED_OUT: (ErrorCode.REQUEST_TIMED_OUT,
+                           "appended but not yet hardened within the request timeout"),
+    AckOutcome.LOST: (ErrorCode.KAFKA_STORAGE_ERROR,
+                      "Redis lost the records before they were hardened; send them again"),
+}
+
+
 async def _wait_for_guarantees(ctx: KilnContext, outcomes: dict[TopicPartition, _Outcome],
                                timeout_ms: int) -> None:
     waiting = [(tp, o, o.wait_for) for tp, o in outcomes.items() if o.wait_for is not None]
     if not waiting:
         return
     timeout_s = max(timeout_ms, 1) / 1000
-    done = await asyncio.gather(*(ctx.waiters.wait(tp, last, timeout_s)
-                                  for tp, _, last in waiting))
-    for (_, outcome, _), hardened in zip(waiting, done, strict=True):
-        if not hardened:
-            # Retriable: an idempotent producer's retry is answered with the original offset.
-            outcome.error_code = ErrorCode.REQUEST_TIMED_OUT
-            outcome.message = "appended but not yet hardened within the request timeout"
+    done = await asyncio.gather(*(ctx.waiters.wait(tp, incarnation, last, timeout_s)
+                                  for tp, _, (incarnation, last) in waiting))
+    for (_, outcome, _), settled in zip(waiting, done, strict=True):
+        if settled is not AckOutcome.SETTLED:
+            outcome.error_code, outcome.message = _NOT_SETTLED[settled]
+            outcome.base_offset = -1
 
 
 def _response(request: Request, outcomes: dict[TopicPartition, _Outcome],

@@ -1,0 +1,177 @@
+"""The log queue's own promises, against a real Redis: a partition Redis lost is never
+appended to as if new, a request is appended whole or not at all, idempotent producers are
+checked as Kafka checks them, and their state does not grow forever."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import redis
+
+from proxy.protocol.errors import ErrorCode, KafkaError
+from storage import redis_pool
+from storage.errors import PartitionLost
+from storage.log_queue import AppendBatch, AppendRequest, AppendResult, LogQueue
+from storage.model import Reliability, TopicPartition
+from storage.topics import new_topic, with_kiln_configs
+from tests.raw_client import record_batch
+
+T = TypeVar("T")
+TP = TopicPartition("orders", 0)
+
+
+def run(redis_url: str, body: Callable[[LogQueue], Awaitable[T]]) -> T:
+    async def main() -> T:
+        queue = LogQueue(redis_pool.connect(redis_url, max_connections=4))
+        try:
+            return await body(queue)
+        finally:
+            await queue.close()
+    return asyncio.run(main())
+
+
+def batch(values: list[bytes], producer: tuple[int, int, int] = (-1, -1, -1)) -> AppendBatch:
+    data = record_batch(values, producer)
+    return AppendBatch(data, len(values), *producer)
+
+
+async def append(queue: LogQueue, *batches: AppendBatch, now: int = 1000) -> AppendResult:
+    [result] = await queue.append([AppendRequest(TP, Reliability.RELIABLE_PERSISTENT,
+                                                 list(batches))], now)
+    return result
+
+
+def test_a_partition_redis_does_not_know_is_not_appended_to(
+        redis_client: redis.Redis, redis_url: str) -> None:
+    # Given a partition that was started and appended to, whose state Redis then lost
+    async def scenario(queue: LogQueue) -> tuple[AppendResult, AppendResult, int]:
+        await queue.initialize(TP, 40)
+        before = await append(queue, batch([b"a", b"b"]))
+        redis_client.delete(f"kiln:{{{TP.topic}/{TP.partition}}}:meta")
+        # When a producer appends to it
+        lost = await append(queue, batch([b"c"]))
+        return before, lost, (await queue.state(TP)).next_offset
+
+    before, lost, next_offset = run(redis_url, scenario)
+
+    # Then nothing is appended: the caller must start it again from Kafka first
+    assert (before.error_code, before.base_offset) == (ErrorCode.NONE, 40)
+    assert lost.needs_start and lost.base_offset == -1
+    assert next_offset == 0  # no state was created by the refused append
+
+
+def test_a_new_incarnation_is_told_apart_and_a_pass_over_the_old_one_trims_nothing(
+        redis_client: redis.Redis, redis_url: str) -> None:
+    # Given a read of a partition's batches, after which Redis lost it and Kiln started it
+    # again at the same offset
+    async def scenario(queue: LogQueue) -> tuple[str, str, bool, int]:
+        await queue.initialize(TP, 0)
+        old = await append(queue, batch([b"a"]))
+        read = await queue.read(TP, 1 << 20)
+        redis_client.flushdb()
+        await queue.initialize(TP, 0)
+        new = await append(queue, batch([b"b"]))
+        # When the hardener finishes its pass over what it read
+        try:
+            await queue.trim_read(TP, read, read.batches, written_records=1, written_bytes=1,
+                                  delivered_below=0)
+            refused = False
+        except PartitionLost:
+            refused = True
+        return old.incarnation, new.incarnation, refused, (await queue.state(TP)).buffered_records
+
+    old, new, refused, buffered = run(redis_url, scenario)
+
+    # Then the incarnations differ, and the new incarnation's record stays buffered
+    assert old and new and old != new
+    assert refused
+    assert buffered == 1
+
+
+def test_a_request_whose_second_batch_is_out_of_sequence_stores_nothing(
+        redis_client: redis.Redis, redis_url: str) -> None:
+    # Given an idempotent producer whose request carries a good batch and one with a gap
+    async def scenario(queue: LogQueue) -> tuple[AppendResult, int]:
+        await queue.initialize(TP, 0)
+        result = await append(queue, batch([b"a", b"b"], (7, 0, 0)),
+                              batch([b"c"], (7, 0, 5)))
+        return result, (await queue.state(TP)).next_offset
+
+    result, next_offset = run(redis_url, scenario)
+
+    # Then the request is refused whole: not even its first batch is stored
+    assert result.error_code is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert next_offset == 0
+
+
+def test_a_new_producer_epoch_must_start_at_sequence_zero(
+        redis_client: redis.Redis, redis_url: str) -> None:
+    async def scenario(queue: LogQueue) -> tuple[AppendResult, AppendResult, AppendResult]:
+        await queue.initialize(TP, 0)
+        first = await append(queue, batch([b"a"], (7, 0, 0)))
+        # When the producer appears with a bumped epoch, first at sequence 3, then at 0
+        skipped = await append(queue, batch([b"b"], (7, 1, 3)))
+        restarted = await append(queue, batch([b"b"], (7, 1, 0)))
+        return first, skipped, restarted
+
+    first, skipped, restarted = run(redis_url, scenario)
+
+    # Then only the batch that starts the epoch at 0 is taken, as Kafka checks
+    assert first.error_code is ErrorCode.NONE
+    assert skipped.error_code is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert (restarted.error_code, restarted.base_offset) == (ErrorCode.NONE, 1)
+
+
+def test_a_retried_batch_is_answered_as_a_duplicate_with_its_offset(
+        redis_client: redis.Redis, redis_url: str) -> None:
+    async def scenario(queue: LogQueue) -> tuple[AppendResult, AppendResult, int]:
+        await queue.initialize(TP, 10)
+        first = await append(queue, batch([b"a", b"b"], (7, 0, 0)))
+        retry = await append(queue, batch([b"a", b"b"], (7, 0, 0)))
+        return first, retry, (await queue.state(TP)).next_offset
+
+    first, retry, next_offset = run(redis_url, scenario)
+
+    assert (first.base_offset, first.duplicate) == (10, False)
+    assert (retry.base_offset, retry.duplicate) == (10, True)
+    assert next_offset == 12
+
+
+def test_producers_silent_for_longer_than_the_expiry_are_forgotten(
+        redis_client: redis.Redis, redis_url: str) -> None:
+    # Given three producers, two of which last appended long ago
+    async def scenario(queue: LogQueue) -> tuple[int, AppendResult]:
+        await queue.initialize(TP, 0)
+        await append(queue, batch([b"a"], (1, 0, 0)), now=1_000)
+        await append(queue, batch([b"b"], (2, 0, 0)), now=2_000)
+        await append(queue, batch([b"c"], (3, 0, 0)), now=90_000)
+        # When producers silent since 50 s are pruned
+        forgotten = await queue.prune_producers(TP, silent_since_ms=50_000)
+        # a forgotten producer coming back is taken as new (any first sequence)
+        back = await append(queue, batch([b"d"], (1, 0, 9)), now=100_000)
+        return forgotten, back
+
+    forgotten, back = run(redis_url, scenario)
+
+    assert forgotten == 2
+    assert sorted(redis_client.hkeys(f"kiln:{{{TP.topic}/{TP.partition}}}:pids")) == [b"1", b"3"]
+    assert back.error_code is ErrorCode.NONE
+
+
+def test_harden_never_brings_the_levels_down_and_refuses_an_assured_maximum() -> None:
+    topic = new_topic("orders", 1)
+
+    lowered = with_kiln_configs(topic, {"kiln.harden": "never"})
+    try:
+        with_kiln_configs(topic, {"kiln.harden": "never",
+                                  "kiln.max.reliability": "assured_persistent"})
+        refused = ""
+    except KafkaError as exc:
+        refused = f"{exc.error_code.name}: {exc}"
+
+    assert (lowered.max_reliability, lowered.reliability) == (
+        Reliability.RELIABLE_NONPERSISTENT, Reliability.RELIABLE_NONPERSISTENT)
+    assert refused.startswith("INVALID_CONFIG")
+    assert "kiln.max.reliability assured_persistent needs hardening" in refused
