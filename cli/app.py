@@ -10,6 +10,7 @@ import uuid
 from cli.settings import Settings
 from proxy.server.context import KilnContext, ServerSettings
 from proxy.server.http_endpoints import HttpEndpoints
+from proxy.server.limits import ListenerLimits, ListenerMemory
 from proxy.server.listener import Listener
 from proxy.server.request_metrics import ServerCountersCollector
 from storage.acks import SettledWaiters
@@ -38,6 +39,11 @@ from storage.subscriptions import SubscriptionRegistry
 from storage.topics import TopicRegistry
 
 log = logging.getLogger(__name__)
+
+# Planned shutdown: how long requests being handled (a fetch's long poll) may take to finish,
+# and how long clients get to take the answers owed to them after the final flush.
+_REQUESTS_FINISH_S = 10.0
+_ANSWERS_SENT_S = 10.0
 
 
 class StartupError(Exception):
@@ -91,6 +97,7 @@ class KilnApp:
             queue=self.queue, catalog=self.catalog, waiters=self.waiters, budget=self.budget,
             delivery=self.delivery, appends=self.appends, groups=self.groups, delay=self.delay,
             cold=self.cold, appender=Appender(self.queue, self.kafka),
+            memory=ListenerMemory(listener_limits(settings)),
         )
         listen_host, listen_port = settings.listen_address
         self.listener = Listener(self.context, listen_host, listen_port)
@@ -169,11 +176,18 @@ class KilnApp:
             await asyncio.sleep(poll_s)
 
     async def drain(self, timeout_s: float = 60.0) -> bool:
-        """Planned shutdown: stop accepting, harden every buffered persistent record."""
+        """Planned shutdown: stop accepting connections and reading requests (those being
+        handled finish), harden every buffered persistent record, then let the connections
+        write the answers they owe (assured produces settle with the flush)."""
         await self.listener.stop_accepting()
+        connections = await self.listener.stop_reading(timeout_s=_REQUESTS_FINISH_S)
+        log.info("drain: %d connections read no more requests; hardening", connections)
         hardened = await self.hardener.flush(timeout_s=timeout_s)
         if not hardened:
             log.error("drain: not everything could be hardened within %.0fs", timeout_s)
+        if not await self.listener.answers_sent(timeout_s=_ANSWERS_SENT_S):
+            log.warning("drain: some clients did not take their answers within %.0fs",
+                        _ANSWERS_SENT_S)
         return hardened
 
     async def close(self) -> None:
@@ -198,6 +212,19 @@ class KilnApp:
             await stop.wait()
         finally:
             await self.close()
+
+
+def listener_limits(settings: Settings) -> ListenerLimits:
+    return ListenerLimits(
+        max_request_bytes=settings.max_request_bytes,
+        max_answer_bytes_per_connection=settings.max_answer_bytes_per_connection,
+        max_answer_bytes=settings.max_answer_bytes,
+        max_fetch_bytes=settings.max_fetch_bytes,
+        frame_read_timeout_s=settings.frame_read_timeout_ms / 1000,
+        idle_timeout_s=settings.connections_max_idle_ms / 1000,
+        max_connections=settings.max_connections,
+        max_connections_per_host=settings.max_connections_per_host,
+    )
 
 
 def delay_limits(settings: Settings) -> DelayLimits:

@@ -46,6 +46,15 @@ class Settings:
     default_partitions: int = 1
     node_id: int = 0
     max_frame_bytes: int = 100 * 1024 * 1024
+    # What the Kafka listener may hold for its clients (proxy/server/limits.py).
+    max_request_bytes: int = 256 * 1024 * 1024
+    max_answer_bytes_per_connection: int = 64 * 1024 * 1024
+    max_answer_bytes: int = 512 * 1024 * 1024
+    max_fetch_bytes: int = 55 * 1024 * 1024
+    frame_read_timeout_ms: int = 30_000
+    connections_max_idle_ms: int = 600_000
+    max_connections: int = 4096
+    max_connections_per_host: int = 1024
     log_level: str = "info"
     log_json: bool = False
     # Durable subscriptions registered at start: "TOPIC:GROUP,TOPIC:GROUP" (DESIGN §1).
@@ -136,7 +145,10 @@ def _validate(settings: Settings) -> Settings:
         if getattr(settings, key) < 0:
             raise SettingsError(f"{key}: must be >= 0, got {getattr(settings, key)}")
     for key in ("default_partitions", "max_frame_bytes", "risk_budget_bytes",
-                "risk_budget_records", "sender_budget_s"):
+                "risk_budget_records", "sender_budget_s", "max_request_bytes",
+                "max_answer_bytes_per_connection", "max_answer_bytes", "max_fetch_bytes",
+                "frame_read_timeout_ms", "connections_max_idle_ms", "max_connections",
+                "max_connections_per_host"):
         if getattr(settings, key) < 1:
             raise SettingsError(f"{key}: must be >= 1, got {getattr(settings, key)}")
     settings.subscriptions  # noqa: B018

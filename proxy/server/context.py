@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from proxy.server.limits import ListenerLimits, ListenerMemory
 from storage.acks import SettledWaiters
 from storage.appender import Appender
 from storage.appends import AppendSignals
@@ -55,3 +56,5 @@ class KilnContext:
     clock_ms: Callable[[], int] = wall_clock_ms
     counters: ServerCounters = field(default_factory=ServerCounters)
     metrics: KilnMetrics = field(default_factory=KilnMetrics)
+    # What the listener may hold for its clients (requests, answers not yet taken).
+    memory: ListenerMemory = field(default_factory=lambda: ListenerMemory(ListenerLimits()))

@@ -7,6 +7,7 @@ import logging
 
 from proxy.server.connection import Connection
 from proxy.server.context import KilnContext
+from proxy.server.limits import ConnectionSlots
 
 log = logging.getLogger(__name__)
 
@@ -17,7 +18,9 @@ class Listener:
         self._host = host
         self._port = port
         self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        self._connections: dict[asyncio.Task[None], Connection] = {}
+        self._slots = ConnectionSlots(ctx.memory.limits)
+        self.refused_connections = 0
 
     @property
     def port(self) -> int:
@@ -34,6 +37,33 @@ class Listener:
         if self._server is not None:
             self._server.close()
 
+    async def stop_reading(self, timeout_s: float) -> int:
+        """Planned shutdown, before the final flush: every open connection reads no further
+        request, and the requests being handled finish (up to `timeout_s`; those still
+        running then are cancelled, unanswered). Returns how many connections there were."""
+        connections = list(self._connections.values())
+        for connection in connections:
+            connection.stop_reading()
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while any(not c.reading_stopped for c in connections):
+            if asyncio.get_running_loop().time() >= deadline:
+                late = [c for c in connections if not c.reading_stopped]
+                log.warning("%d requests still running after %.0fs of shutdown: cancelled",
+                            len(late), timeout_s)
+                for connection in late:
+                    connection.cancel_reading()
+                break
+            await asyncio.sleep(0.01)
+        return len(connections)
+
+    async def answers_sent(self, timeout_s: float) -> bool:
+        """Planned shutdown, after the final flush: wait for the connections to write the
+        answers they owe and close. True when all did within `timeout_s`."""
+        if not self._connections:
+            return True
+        _, late = await asyncio.wait(list(self._connections), timeout=timeout_s)
+        return not late
+
     async def close(self) -> None:
         await self.stop_accepting()
         for task in list(self._connections):
@@ -45,10 +75,22 @@ class Listener:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        host = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        refused = self._slots.take(host)
+        if refused is not None:
+            # As Kafka past max.connections(.per.ip): closed before a byte is read.
+            self.refused_connections += 1
+            if self.refused_connections & (self.refused_connections - 1) == 0:
+                log.warning("refusing a connection from %s: %s (%d refused so far)", host,
+                            refused, self.refused_connections)
+            writer.close()
+            return
+        connection = self._connections[task] = Connection(self._ctx, reader, writer)
         try:
-            await Connection(self._ctx, reader, writer).serve()
+            await connection.serve()
         except asyncio.CancelledError:
             pass  # Kiln is closing; this task ends here (asyncio would log the cancel)
         finally:
-            self._connections.discard(task)
+            self._connections.pop(task, None)
+            self._slots.give_back(host)

@@ -53,7 +53,10 @@ async def handle(ctx: KilnContext, request: Request) -> Message:
     body = request.body
     wanted = [(TopicPartition(t.topic, p.partition), p.fetch_offset, p.partition_max_bytes)
               for t in body.topics for p in t.partitions]
-    max_bytes = body.max_bytes if request.header.request_api_version >= 3 else 2**31 - 1
+    asked = body.max_bytes if request.header.request_api_version >= 3 else 2**31 - 1
+    # At most max_fetch_bytes, less while answers not yet taken fill the listener's budget
+    # (KIP-74 still answers with the first batch).
+    max_bytes = ctx.memory.fetch_bytes(asked)
     deadline = time.monotonic() + max(0, body.max_wait_ms) / 1000
     while True:
         reads = await _read_all(ctx, wanted, max_bytes)
