@@ -112,6 +112,54 @@ def test_an_assured_answer_is_never_given_for_records_redis_lost(
     assert [kiln_offset(r) for r in records] == list(range(11))
 
 
+def test_no_assured_answer_for_records_a_redis_restored_from_an_older_file_lacks(
+        kafka_bootstrap: str, unique_topic: str) -> None:
+    # Given 10 records in a Redis snapshot, and an acks=all producer waiting on 5 records
+    # appended after it (offsets 10-14, the delay is long)
+    store = LocalRedis().start()
+    kiln = start_kiln(store.url, kafka_bootstrap, harden_delay_ms=600_000)
+    answers: dict[str, Any] = {}
+    saved = [b"saved-%d" % i for i in range(10)]
+    new = [b"new-%d" % i for i in range(10)]
+    try:
+        first = RawClient(kiln.bootstrap)
+        assert first.produce(unique_topic, 0, record_batch(saved)).error_code == 0
+        redis.Redis.from_url(store.url).save()
+        waiting = threading.Thread(target=lambda: answers.update(assured=RawClient(
+            kiln.bootstrap, timeout_s=30).produce(
+                unique_topic, 0, record_batch([b"unsaved-%d" % i for i in range(5)]),
+                acks=-1)))
+        waiting.start()
+        log_key = f"kiln:{{{unique_topic}/0}}:log"
+        deadline = time.monotonic() + 10
+        while redis.Redis.from_url(store.url).xlen(log_key) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+        # When Redis restarts from the snapshot (its partition state is older, with the same
+        # incarnation) and another producer's records take the offsets after it
+        store.kill()
+        store.start()
+        second = RawClient(kiln.bootstrap)
+        deadline = time.monotonic() + 20
+        while True:
+            answers["other"] = second.produce(unique_topic, 0, record_batch(new))
+            if answers["other"].error_code == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert kiln.flush()
+        waiting.join(30)
+        records = read_hardened(kafka_bootstrap, unique_topic, 0, 20)
+    finally:
+        kiln.stop()
+        store.stop()
+
+    # Then the waiting producer is told to send again, never that its records are safe
+    assert answers["assured"].error_code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert answers["other"].base_offset == 10
+    assert [r.value for r in records] == saved + new
+    assert [kiln_offset(r) for r in records] == list(range(20))
+
+
 def test_kiln_refuses_to_start_on_a_redis_that_evicts_keys(kafka_bootstrap: str) -> None:
     # Given a Redis with a memory limit and an evicting policy
     store = LocalRedis().start()
