@@ -73,7 +73,8 @@ class KilnApp:
             subscriptions=subscriptions, redis=self.queue.redis, node=owner,
         )
         self.hardener = Hardener(self.queue, self.catalog, self.kafka, self.delay, self.waiters,
-                                 HardenerSettings(owner=owner))
+                                 HardenerSettings(owner=owner),
+                                 buffer_fill=lambda: self.budget.fill)
         self.delivery = Delivery(self.queue, self.catalog.registry, subscriptions, self.waiters,
                                  on_delivered=self.delay.delivered)
         # Reads get their own connections: a large fetch must not hold up hardening writes,

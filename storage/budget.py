@@ -67,6 +67,13 @@ class BufferBudget:
         if self._task is not None:
             await stop_task(self._task)
 
+    @property
+    def fill(self) -> float:
+        """How full the buffer is, 0..1 (0 without a budget)."""
+        if self.budget_bytes <= 0:
+            return 0.0
+        return min(1.0, self.buffered_bytes / self.budget_bytes)
+
     def admit(self, incoming_bytes: int) -> int:
         """Throttle time (ms) for a produce of `incoming_bytes`; raises BufferFull, or
         BufferUnavailable while Redis may evict what it is given."""

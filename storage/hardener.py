@@ -36,7 +36,7 @@ from storage.model import Reliability, StoredBatch, TopicPartition
 from storage.operator_requests import flush_requests
 from storage.policy.delay import due_prefix
 from storage.policy.observer import DelayObserver
-from storage.policy.reliability import should_harden
+from storage.policy.reliability import shed_now, should_harden
 from storage.tasks import stop_task
 from storage.topics import HardenPolicy
 
@@ -75,7 +75,8 @@ class HardenerCounters:
 class Hardener:
     def __init__(self, queue: LogQueue, catalog: Catalog, client: KafkaClient,
                  delay: DelayObserver, waiters: SettledWaiters, settings: HardenerSettings,
-                 clock: Callable[[], int] = wall_clock_ms) -> None:
+                 clock: Callable[[], int] = wall_clock_ms,
+                 buffer_fill: Callable[[], float] = lambda: 0.0) -> None:
         self._queue = queue
         self._catalog = catalog
         self._client = client
@@ -83,6 +84,8 @@ class Hardener:
         self._waiters = waiters
         self._settings = settings
         self._clock = clock
+        # How full the buffer is (0..1): best_effort, then express, are shed past a point.
+        self._buffer_fill = buffer_fill
         self._tasks: dict[TopicPartition, asyncio.Task[None]] = {}
         self._supervisor: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
@@ -236,8 +239,13 @@ class Hardener:
             self._idle_empty.add(tp)
             return float("inf")
         self._idle_empty.discard(tp)
+        if self._shed(oldest):
+            return 0.0
         due_before = self._due_before(tp, self._clock(), oldest.base_offset)
         return max(0.0, (oldest.append_time_ms - due_before) / 1000)
+
+    def _shed(self, batch: StoredBatch) -> bool:
+        return shed_now(batch.reliability, self._buffer_fill())
 
     async def _recover(self, tp: TopicPartition) -> tuple[HardenedPartitionWriter, int]:
         config = await self._catalog.lookup(tp.topic, allow_create=False)
@@ -268,7 +276,8 @@ class Hardener:
         batches = read.batches
         if not batches:
             return skip_below
-        due = due_prefix(batches, self._due_before(tp, self._clock(), batches[0].base_offset))
+        due = due_prefix(batches, self._due_before(tp, self._clock(), batches[0].base_offset),
+                         self._shed)
         if not due:
             return skip_below
         config = await self._catalog.lookup(tp.topic, allow_create=False)

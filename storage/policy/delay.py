@@ -8,7 +8,7 @@ the delay is what it is, for metrics and `kiln delay explain`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
@@ -62,12 +62,13 @@ class FixedDelay:
         return DelayDecision(self.delay_ms, Binding.FIXED)
 
 
-def due_prefix(batches: Sequence[StoredBatch], due_before_ms: int) -> list[StoredBatch]:
-    """The oldest batches whose delay has expired; stops at the first that has not, so
-    hardening never overtakes a record that must still wait."""
+def due_prefix(batches: Sequence[StoredBatch], due_before_ms: int,
+               shed: Callable[[StoredBatch], bool] = lambda _: False) -> list[StoredBatch]:
+    """The oldest batches whose delay has expired (or that are being shed to make room);
+    stops at the first that must still wait, so hardening never overtakes it."""
     out = []
     for batch in batches:
-        if batch.append_time_ms > due_before_ms:
+        if batch.append_time_ms > due_before_ms and not shed(batch):
             break
         out.append(batch)
     return out

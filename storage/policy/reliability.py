@@ -42,3 +42,21 @@ def ack_point(level: Reliability) -> AckPoint:
 
 def should_harden(level: Reliability) -> bool:
     return level.persistent
+
+
+# Under memory pressure (the buffer's fill, 0..1, across every Kiln process), the levels that
+# promise nothing past a crash give their room up first: best_effort from the fill at which
+# producers start being throttled, express from halfway between that and full. They are
+# then dropped as soon as they are read, their delay or not. reliable_nonpersistent and the
+# persistent levels are never shed: their producers are pushed back instead.
+SHED_BEST_EFFORT_FROM = 0.8
+SHED_EXPRESS_FROM = 0.9
+
+
+def shed_now(level: Reliability, buffer_fill: float) -> bool:
+    """Whether records of `level` are dropped now, before their delay, to make room."""
+    if level is Reliability.BEST_EFFORT:
+        return buffer_fill >= SHED_BEST_EFFORT_FROM
+    if level is Reliability.EXPRESS:
+        return buffer_fill >= SHED_EXPRESS_FROM
+    return False

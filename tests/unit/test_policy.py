@@ -9,7 +9,7 @@ from storage.budget import budget_decision
 from storage.model import Reliability, StoredBatch
 from storage.policy.adaptive import DelayInputs
 from storage.policy.delay import FixedDelay, due_prefix
-from storage.policy.reliability import AckPoint, ack_point, requested_level
+from storage.policy.reliability import AckPoint, ack_point, requested_level, shed_now
 from storage.topics import (
     HardenPolicy,
     kiln_configs,
@@ -77,6 +77,24 @@ def test_due_prefix_stops_at_first_batch_still_waiting() -> None:
     due = due_prefix(batches, due_before_ms=200)
 
     assert [b.base_offset for b in due] == [0]
+
+
+@pytest.mark.parametrize(("fill", "shed"), [
+    (0.79, set()), (0.8, {R.BEST_EFFORT}), (0.89, {R.BEST_EFFORT}),
+    (0.9, {R.BEST_EFFORT, R.EXPRESS}), (1.0, {R.BEST_EFFORT, R.EXPRESS}),
+])
+def test_best_effort_is_shed_first_then_express_and_nothing_else(fill: float,
+                                                                 shed: set[R]) -> None:
+    assert {level for level in R if shed_now(level, fill)} == shed
+
+
+def test_a_shed_batch_is_due_before_its_delay_but_never_overtakes_one_that_waits() -> None:
+    best_effort = StoredBatch(10, 10, 300, R.BEST_EFFORT, b"")
+    batches = [_batch(0, 100), best_effort, _batch(20, 150), _batch(30, 400)]
+
+    due = due_prefix(batches, due_before_ms=200, shed=lambda b: b.reliability is R.BEST_EFFORT)
+
+    assert [b.base_offset for b in due] == [0, 10, 20]
 
 
 @pytest.mark.parametrize(
