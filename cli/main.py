@@ -16,6 +16,7 @@ from cli.app import KilnApp, StartupError
 from cli.delay import delay
 from cli.flush import drain, flush
 from cli.inspect import inspect
+from cli.process_memory import return_large_buffers_to_the_system
 from cli.settings import Settings
 from cli.status import status
 from cli.subscriptions import subscriptions
@@ -112,6 +113,7 @@ def dev(config_file: Path | None, **flags: Any) -> None:
 
 
 def _run(settings: Settings) -> None:
+    return_large_buffers_to_the_system()
     try:
         asyncio.run(_serve(settings))
     except (StartupError, StorageError) as exc:

@@ -48,7 +48,7 @@ class Settings:
     max_frame_bytes: int = 100 * 1024 * 1024
     # What the Kafka listener may hold for its clients (proxy/server/limits.py).
     max_request_bytes: int = 256 * 1024 * 1024
-    max_answer_bytes_per_connection: int = 64 * 1024 * 1024
+    max_answer_bytes_per_connection: int = 16 * 1024 * 1024
     max_answer_bytes: int = 512 * 1024 * 1024
     max_fetch_bytes: int = 55 * 1024 * 1024
     frame_read_timeout_ms: int = 30_000

@@ -18,7 +18,7 @@ class ListenerLimits:
     # Bytes of answers computed but not yet written to their clients: past the first
     # bound a connection reads no further request; past the second, no connection that
     # owes an answer does, and fetches are answered with less (at least one batch).
-    max_answer_bytes_per_connection: int = 64 * 1024 * 1024
+    max_answer_bytes_per_connection: int = 16 * 1024 * 1024
     max_answer_bytes: int = 512 * 1024 * 1024
     # A fetch answers at most this much whatever the client asks (Kafka's fetch.max.bytes).
     max_fetch_bytes: int = 55 * 1024 * 1024
