@@ -43,6 +43,9 @@ INVALID_RECORD = ErrorCode.INVALID_RECORD
 INVALID_TIMESTAMP = ErrorCode.INVALID_TIMESTAMP
 
 KILN_OFFSET_KEY = "kiln.offset"
+# A record header by which a producer asks for a reliability level (its value, the level's
+# name); the server layer reads the names (see produce.py).
+KILN_RELIABILITY_KEY = "kiln.reliability"
 
 # Kafka 4.0's defaults (KIP-1030 bounded the future at one hour; the past stays unbounded).
 DEFAULT_TIMESTAMP_AFTER_MAX_MS = 3_600_000
@@ -84,6 +87,8 @@ class ValidatedBatch:
     # Some record has a header named `kiln.offset` of the client's own: the hardener must
     # then never forward the batch, or that header would pass for Kiln's lineage.
     carries_kiln_header: bool
+    # The values of the records' `kiln.reliability` headers (distinct; empty when none).
+    reliability_names: frozenset[bytes] = frozenset()
 
 
 def validate_produce_records(records: bytes | memoryview, *, now_ms: int,
@@ -102,13 +107,14 @@ def validate_produce_records(records: bytes | memoryview, *, now_ms: int,
     if header.compression == _CODEC_ZSTD and api_version < _MIN_PRODUCE_VERSION_FOR_ZSTD:
         raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
                          f"zstd needs Produce v{_MIN_PRODUCE_VERSION_FOR_ZSTD}+")
-    flagged = _check_records(header, view, now_ms, limits)
-    return ValidatedBatch(header, view, flagged)
+    flagged, levels = _check_records(header, view, now_ms, limits)
+    return ValidatedBatch(header, view, flagged, levels)
 
 
 def _check_records(header: BatchHeader, batch: memoryview, now_ms: int,
-                   limits: RecordLimits) -> bool:
-    """Walk every record; True when one carries a `kiln.offset` header."""
+                   limits: RecordLimits) -> tuple[bool, frozenset[bytes]]:
+    """Walk every record; (whether one carries a `kiln.offset` header, the values of their
+    `kiln.reliability` headers)."""
     walkable = _uncompressed_batch(header, batch, limits.max_uncompressed_bytes)
     after = limits.timestamp_after_max_ms
     before = limits.timestamp_before_max_ms
@@ -117,6 +123,7 @@ def _check_records(header: BatchHeader, batch: memoryview, now_ms: int,
     log_append_time = bool(header.attributes & TIMESTAMP_TYPE_BIT)
     expected = header.base_offset
     flagged = False
+    levels: set[bytes] = set()
     try:
         for chunk in _chunks(DefaultRecordBatch(walkable)):
             # Kafka rewrites uncompressed offsets in place and rebuilds compressed batches
@@ -128,12 +135,14 @@ def _check_records(header: BatchHeader, batch: memoryview, now_ms: int,
             _check_timestamps(list(map(_timestamp, chunk)), expected - header.base_offset,
                               earliest, latest, log_append_time)
             expected = end
-            if not flagged:
-                headers = list(map(_headers, chunk))
-                if any(headers):
-                    flagged = any(key == KILN_OFFSET_KEY
-                                  for record_headers in headers if record_headers
-                                  for key, _ in record_headers)
+            headers = list(map(_headers, chunk))
+            if any(headers):
+                for record_headers in filter(None, headers):
+                    for key, value in record_headers:
+                        if key == KILN_OFFSET_KEY:
+                            flagged = True
+                        elif key == KILN_RELIABILITY_KEY:
+                            levels.add(value or b"")
     except CorruptRecordException as exc:
         # Kafka: InvalidRecordException (premature EOF, records left over, bad lengths).
         raise KafkaError(INVALID_RECORD, f"records do not match the batch header: {exc}"
@@ -141,7 +150,7 @@ def _check_records(header: BatchHeader, batch: memoryview, now_ms: int,
     except UnicodeDecodeError:
         # Kafka would take it; Kiln's hardener re-encodes header keys as text.
         raise KafkaError(INVALID_RECORD, "a record header key is not UTF-8") from None
-    return flagged
+    return flagged, frozenset(levels)
 
 
 def _chunks(batch: DefaultRecordBatch) -> Iterator[list[Any]]:

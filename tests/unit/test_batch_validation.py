@@ -95,6 +95,16 @@ def test_batches_from_aiokafka_pass_for_every_codec(codec: int) -> None:
     assert checked.carries_kiln_header is False
 
 
+def test_the_kiln_reliability_header_values_are_collected() -> None:
+    data = client_batch(3, 2, headers=[("trace", b"t"), ("kiln.reliability", b"express")])
+
+    checked = validate_produce_records(data, now_ms=NOW, limits=LIMITS)
+
+    assert checked.reliability_names == frozenset({b"express"})
+    assert validate_produce_records(client_batch(3), now_ms=NOW,
+                                    limits=LIMITS).reliability_names == frozenset()
+
+
 def test_batches_of_many_thousand_records_are_walked_to_the_end() -> None:
     # Given 9,000 records (more than one decoding chunk), the last with a kiln.offset header
     builder = DefaultRecordBatchBuilder(magic=2, compression_type=CODECS["lz4"],

@@ -16,7 +16,7 @@ from proxy.server.peer import CLIENT_HOST
 from proxy.server.reply import Deferred
 from storage.acks import AckOutcome
 from storage.log_queue import AppendBatch, AppendRequest
-from storage.model import TopicPartition
+from storage.model import Reliability, TopicPartition
 from storage.policy.reliability import AckPoint, ack_point, requested_level
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ async def _plan(ctx: KilnContext, request: Request, outcomes: dict[TopicPartitio
         # Records first, as Kafka's broker validates them: a partition with one bad batch is
         # refused whole, the others go ahead, and a request refused everywhere must not
         # create its topic.
-        valid: list[tuple[Any, ValidatedBatch]] = []
+        valid: list[tuple[Any, ValidatedBatch, Reliability | None]] = []
         for part in topic.partition_data:
             try:
                 if part.records is None:
@@ -65,10 +65,11 @@ async def _plan(ctx: KilnContext, request: Request, outcomes: dict[TopicPartitio
                 if batch.header.is_transactional:
                     raise KafkaError(ErrorCode.INVALID_REQUEST,
                                      "Kiln does not offer transactions")
+                asked = _header_level(batch)
             except KafkaError as exc:
                 outcomes[TopicPartition(topic.name, part.index)] = _fail(exc)
                 continue
-            valid.append((part, batch))
+            valid.append((part, batch, asked))
         if not valid:
             continue
         try:
@@ -76,13 +77,14 @@ async def _plan(ctx: KilnContext, request: Request, outcomes: dict[TopicPartitio
             if config is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic.name!r}")
         except KafkaError as exc:
-            for part, _ in valid:
+            for part, _, _ in valid:
                 outcomes[TopicPartition(topic.name, part.index)] = _fail(exc)
             continue
-        level = requested_level(acks=body.acks, topic_default=config.reliability,
-                                topic_max=config.max_reliability,
-                                producer_override=config.producer_override)
-        for part, batch in valid:
+        for part, batch, asked in valid:
+            level = requested_level(acks=body.acks, topic_default=config.reliability,
+                                    topic_max=config.max_reliability,
+                                    producer_override=config.producer_override,
+                                    header_level=asked)
             tp = TopicPartition(topic.name, part.index)
             if not 0 <= part.index < config.partitions:
                 outcomes[tp] = _fail(KafkaError(
@@ -99,6 +101,17 @@ async def _plan(ctx: KilnContext, request: Request, outcomes: dict[TopicPartitio
             points.append(ack_point(level))
             total += len(part.records)
     return appends, points, total
+
+
+def _header_level(batch: ValidatedBatch) -> Reliability | None:
+    """The level a batch's `kiln.reliability` headers ask for: the strongest one named
+    (the batch is stored and answered as one); None when no record names one."""
+    if not batch.reliability_names:
+        return None
+    try:
+        return max(Reliability.parse(name.decode()) for name in batch.reliability_names)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise KafkaError(ErrorCode.INVALID_RECORD, f"kiln.reliability header: {exc}") from None
 
 
 async def handle(ctx: KilnContext, request: Request) -> Message | Deferred | None:
