@@ -9,7 +9,10 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+from pathlib import Path
 from typing import Self
+
+from cli.local_services import LocalTansu
 
 
 class TcpRelay:
@@ -72,3 +75,20 @@ class TcpRelay:
             with self._lock:
                 self._sockets.discard(source)
             source.close()  # each socket is the source of exactly one pump
+
+
+class RelayedTansu(LocalTansu):
+    """A tansu broker that tells clients to reach it through a relay."""
+
+    def __init__(self, port: int, advertised_port: int) -> None:
+        super().__init__(port)
+        self._advertised_port = advertised_port
+
+    def _command(self, port: int, workdir: Path) -> list[str]:
+        command = super()._command(port, workdir)
+        at = command.index("--advertised-listener-url") + 1
+        command[at] = f"tcp://127.0.0.1:{self._advertised_port}"
+        return command
+
+    def _probe(self, port: int) -> None:
+        super()._probe(self._advertised_port)  # through the relay, which must be running

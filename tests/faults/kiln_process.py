@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -34,8 +34,11 @@ class KilnProcess:
     """One `kiln serve` child at a time on a fixed port; every start appends to one log."""
 
     def __init__(self, port: int, redis_url: str, kafka_bootstrap: str, harden_delay_ms: int,
-                 log_path: Path) -> None:
+                 log_path: Path, extra_args: Sequence[str] = (),
+                 advertised_port: int | None = None) -> None:
         self.port = port
+        # Where clients are told to connect (--advertise), which is where readiness is probed.
+        self._advertised_port = port if advertised_port is None else advertised_port
         self.bootstrap = f"127.0.0.1:{port}"
         self._command = [
             kiln_executable(), "serve",
@@ -45,6 +48,7 @@ class KilnProcess:
             "--delay-policy", "fixed",
             "--http-listen", "",
             "--harden-delay-ms", str(harden_delay_ms),
+            *extra_args,
         ]  # fmt: skip
         # No inherited KILN_* setting may change what the flags say.
         self._env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
@@ -71,12 +75,21 @@ class KilnProcess:
                                       start_new_session=True)
         self.starts += 1
         deadline = time.monotonic() + timeout_s
-        while not kafka_broker_answers("127.0.0.1", self.port, 0.5):
+        while not kafka_broker_answers("127.0.0.1", self._advertised_port, 0.5):
             if self._proc.poll() is not None:
                 raise RuntimeError(f"kiln exited with {self._proc.returncode}:\n{self.log_tail()}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"kiln did not answer on {self.bootstrap}:\n{self.log_tail()}")
             time.sleep(0.05)
+
+    def pause(self) -> None:
+        """SIGSTOP: the process hangs (a GC pause, a stalled VM) and holds its sockets."""
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGCONT)
 
     def kill(self) -> None:
         """SIGKILL: a crash, nothing is flushed or released."""

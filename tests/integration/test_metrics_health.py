@@ -16,9 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from cli.local_services import LocalRedis, free_port
-from tests.integration.test_read_through import RelayedTansu
 from tests.kiln_harness import RunningKiln, start_kiln
-from tests.tcp_relay import TcpRelay
+from tests.tcp_relay import RelayedTansu, TcpRelay
 
 ROUNDS, PER_ROUND = 10, 30
 

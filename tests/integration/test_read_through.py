@@ -9,7 +9,6 @@ import struct
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +22,7 @@ from kafka.protocol.consumer import (
     ListOffsetsResponse,
 )
 
-from cli.local_services import LocalTansu, free_port
+from cli.local_services import free_port
 from proxy.protocol.errors import ErrorCode
 from proxy.protocol.records import KILN_OFFSET_HEADER, decode_records
 from proxy.server.tiered_reads import COLD_TIER_UNAVAILABLE
@@ -41,7 +40,7 @@ from tests.integration.consumers import (
 )
 from tests.kiln_harness import RunningKiln, start_kiln
 from tests.raw_client import RawClient
-from tests.tcp_relay import TcpRelay
+from tests.tcp_relay import RelayedTansu, TcpRelay
 
 ACKS_1 = ProducerCase("none", 1, idempotence=False)
 EARLIEST = -2
@@ -303,23 +302,6 @@ def test_while_kafka_is_unreachable_cold_reads_fail_retriably_and_resume_after(
 
 
 # --- helpers ---------------------------------------------------------------------------------
-
-
-class RelayedTansu(LocalTansu):
-    """A tansu broker that tells clients to reach it through a relay."""
-
-    def __init__(self, port: int, advertised_port: int) -> None:
-        super().__init__(port)
-        self._advertised_port = advertised_port
-
-    def _command(self, port: int, workdir: Path) -> list[str]:
-        command = super()._command(port, workdir)
-        at = command.index("--advertised-listener-url") + 1
-        command[at] = f"tcp://127.0.0.1:{self._advertised_port}"
-        return command
-
-    def _probe(self, port: int) -> None:
-        super()._probe(self._advertised_port)  # through the relay, which must be running
 
 
 def read_slowly(bootstrap: str, topic: str, expected: int) -> list[Consumed]:
