@@ -14,6 +14,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from proxy.server.limits import ListenerLimits
+
+_LISTENER = ListenerLimits()  # the listener's defaults are its own
+
 
 class SettingsError(ValueError):
     """A configuration problem, worded for the operator."""
@@ -47,14 +51,14 @@ class Settings:
     node_id: int = 0
     max_frame_bytes: int = 100 * 1024 * 1024
     # What the Kafka listener may hold for its clients (proxy/server/limits.py).
-    max_request_bytes: int = 256 * 1024 * 1024
-    max_answer_bytes_per_connection: int = 16 * 1024 * 1024
-    max_answer_bytes: int = 512 * 1024 * 1024
-    max_fetch_bytes: int = 55 * 1024 * 1024
-    frame_read_timeout_ms: int = 30_000
-    connections_max_idle_ms: int = 600_000
-    max_connections: int = 4096
-    max_connections_per_host: int = 1024
+    max_request_bytes: int = _LISTENER.max_request_bytes
+    max_answer_bytes_per_connection: int = _LISTENER.max_answer_bytes_per_connection
+    max_answer_bytes: int = _LISTENER.max_answer_bytes
+    max_fetch_bytes: int = _LISTENER.max_fetch_bytes
+    frame_read_timeout_ms: int = round(_LISTENER.frame_read_timeout_s * 1000)
+    connections_max_idle_ms: int = round(_LISTENER.idle_timeout_s * 1000)
+    max_connections: int = _LISTENER.max_connections
+    max_connections_per_host: int = _LISTENER.max_connections_per_host
     log_level: str = "info"
     log_json: bool = False
     # Durable subscriptions registered at start: "TOPIC:GROUP,TOPIC:GROUP" (DESIGN §1).

@@ -86,7 +86,10 @@ class BufferBudget:
         return decision.throttle_time_ms
 
     async def refresh(self) -> None:
-        topics = await self._catalog.all()
+        # Registered topics only: adopting the Kafka topics Kiln has not seen yet (fencing
+        # and reading each partition's tail) can take a while on a large cluster, and they
+        # hold nothing in the log queue before they are adopted.
+        topics = await self._catalog.registry.all()
         tps = [TopicPartition(t.name, p) for t in topics.values() for p in range(t.partitions)]
         states = await self._queue.states(tps) if tps else []
         self.buffered_bytes = sum(s.buffered_bytes for s in states)

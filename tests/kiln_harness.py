@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
+import time
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -71,3 +72,13 @@ def start_kiln(redis_url: str, kafka_bootstrap: str, **overrides: Any) -> Runnin
               # Port 0: several test Kilns (and test sessions) must not share one HTTP port.
               "http_listen": "127.0.0.1:0", **overrides}
     return RunningKiln(load_settings(overrides=values, environ={}))
+
+
+def eventually(check: Callable[[], bool], timeout_s: float = 10) -> bool:
+    """Poll `check` every 50 ms until it holds (True) or `timeout_s` passes (False)."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

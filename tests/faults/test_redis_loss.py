@@ -65,6 +65,32 @@ def test_acks_all_records_told_safe_survive_redis_losing_its_data(
     assert offsets == sorted(set(offsets))
 
 
+def wait_assured_in_background(bootstrap: str, topic: str, values: list[bytes],
+                               answers: dict[str, Any], redis_url: str, entries: int
+                               ) -> threading.Thread:
+    """An acks=all produce of `values` in a thread (its answer goes to answers["assured"]),
+    returned once its batch is in Redis (the partition's log holds `entries` batches)."""
+    waiting = threading.Thread(target=lambda: answers.update(assured=RawClient(
+        bootstrap, timeout_s=30).produce(topic, 0, record_batch(values), acks=-1)))
+    waiting.start()
+    log_key = f"kiln:{{{topic}/0}}:log"
+    deadline = time.monotonic() + 10
+    while redis.Redis.from_url(redis_url).xlen(log_key) < entries and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return waiting
+
+
+def produce_until_accepted(bootstrap: str, topic: str, values: list[bytes]) -> Any:
+    """Produce (acks=1) again and again until Redis is back and the batch is taken."""
+    client = RawClient(bootstrap)
+    deadline = time.monotonic() + 20
+    while True:
+        answer = client.produce(topic, 0, record_batch(values))
+        if answer.error_code == 0 or time.monotonic() > deadline:
+            return answer
+        time.sleep(0.2)
+
+
 def test_an_assured_answer_is_never_given_for_records_redis_lost(
         kafka_bootstrap: str, unique_topic: str) -> None:
     # Given a partition whose offset 0 is hardened, and an acks=all producer waiting on
@@ -76,27 +102,16 @@ def test_an_assured_answer_is_never_given_for_records_redis_lost(
         first = RawClient(kiln.bootstrap)
         assert first.produce(unique_topic, 0, record_batch([b"hardened"])).error_code == 0
         assert kiln.flush()
-        waiting = threading.Thread(target=lambda: answers.update(assured=RawClient(
-            kiln.bootstrap, timeout_s=30).produce(
-                unique_topic, 0, record_batch([b"lost-%d" % i for i in range(5)]), acks=-1)))
-        waiting.start()
-        log_key = f"kiln:{{{unique_topic}/0}}:log"
-        deadline = time.monotonic() + 10
-        while redis.Redis.from_url(store.url).xlen(log_key) < 1 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        waiting = wait_assured_in_background(kiln.bootstrap, unique_topic,
+                                             [b"lost-%d" % i for i in range(5)], answers,
+                                             store.url, entries=1)
 
         # When Redis comes back empty and another producer's records take the offsets
         # after what Kafka holds, and are hardened
         store.kill()
         store.start()
-        second = RawClient(kiln.bootstrap)
-        deadline = time.monotonic() + 20
-        while True:
-            answers["other"] = second.produce(
-                unique_topic, 0, record_batch([b"new-%d" % i for i in range(10)]))
-            if answers["other"].error_code == 0 or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+        answers["other"] = produce_until_accepted(kiln.bootstrap, unique_topic,
+                                                  [b"new-%d" % i for i in range(10)])
         assert kiln.flush()
         waiting.join(30)
         records = read_hardened(kafka_bootstrap, unique_topic, 0, 11)
@@ -125,27 +140,15 @@ def test_no_assured_answer_for_records_a_redis_restored_from_an_older_file_lacks
         first = RawClient(kiln.bootstrap)
         assert first.produce(unique_topic, 0, record_batch(saved)).error_code == 0
         redis.Redis.from_url(store.url).save()
-        waiting = threading.Thread(target=lambda: answers.update(assured=RawClient(
-            kiln.bootstrap, timeout_s=30).produce(
-                unique_topic, 0, record_batch([b"unsaved-%d" % i for i in range(5)]),
-                acks=-1)))
-        waiting.start()
-        log_key = f"kiln:{{{unique_topic}/0}}:log"
-        deadline = time.monotonic() + 10
-        while redis.Redis.from_url(store.url).xlen(log_key) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        waiting = wait_assured_in_background(kiln.bootstrap, unique_topic,
+                                             [b"unsaved-%d" % i for i in range(5)], answers,
+                                             store.url, entries=2)
 
         # When Redis restarts from the snapshot (its partition state is older, with the same
         # incarnation) and another producer's records take the offsets after it
         store.kill()
         store.start()
-        second = RawClient(kiln.bootstrap)
-        deadline = time.monotonic() + 20
-        while True:
-            answers["other"] = second.produce(unique_topic, 0, record_batch(new))
-            if answers["other"].error_code == 0 or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+        answers["other"] = produce_until_accepted(kiln.bootstrap, unique_topic, new)
         assert kiln.flush()
         waiting.join(30)
         records = read_hardened(kafka_bootstrap, unique_topic, 0, 20)

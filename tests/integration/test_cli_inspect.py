@@ -5,26 +5,17 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 from kafka import KafkaProducer
 
 from tests.integration.test_cli import run_kiln
-from tests.kiln_harness import RunningKiln, start_kiln
+from tests.kiln_harness import RunningKiln
 
 _TIMESTAMP = 1_700_000_000_000
 
 
-@pytest.fixture
-def slow_kiln(redis_url: str, kafka_bootstrap: str) -> Iterator[RunningKiln]:
-    """A fresh Kiln whose delay (60 s) never expires during a test."""
-    redis.Redis.from_url(redis_url).flushdb()
-    running = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=60_000)
-    yield running
-    running.stop()
 
 
 def inspect(redis_url: str, *args: str) -> Any:

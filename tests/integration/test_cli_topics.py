@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -17,16 +16,7 @@ from storage import redis_pool
 from storage.model import Reliability, TopicPartition
 from storage.topics import CACHE_TTL_S, TopicRegistry
 from tests.integration.test_cli import run_kiln
-from tests.kiln_harness import RunningKiln, start_kiln
-
-
-@pytest.fixture
-def slow_kiln(redis_url: str, kafka_bootstrap: str) -> Iterator[RunningKiln]:
-    """A fresh Kiln whose delay (60 s) never expires during a test."""
-    redis.Redis.from_url(redis_url).flushdb()
-    running = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=60_000)
-    yield running
-    running.stop()
+from tests.kiln_harness import RunningKiln
 
 
 def stores(redis_url: str, kafka_bootstrap: str) -> list[str]:

@@ -6,14 +6,14 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 import redis
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
-from tests.kiln_harness import RunningKiln, start_kiln
+from tests.kiln_harness import RunningKiln, eventually, start_kiln
 from tests.raw_client import RawClient, record_batch
 
 MiB = 1024 * 1024
@@ -29,14 +29,6 @@ def fetch_everything(topic: str, max_bytes: int) -> FetchRequest:
                 partition=0, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
                 partition_max_bytes=max_bytes)])])
 
-
-def eventually(check: Callable[[], bool], timeout_s: float = 10) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def closed_by_kiln(sock: socket.socket, timeout_s: float) -> bool:

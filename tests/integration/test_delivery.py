@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
 
 import confluent_kafka
 import pytest
-import redis
 from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import InvalidConfigurationError
@@ -25,18 +23,8 @@ from storage.model import TopicPartition
 from tests.integration.test_groups import commit as commit_over_the_wire
 from tests.integration.test_groups import fetch_offsets, stable_single_member_group
 from tests.integration.test_produce_harden import kiln_offset, read_hardened
-from tests.kiln_harness import RunningKiln, start_kiln
+from tests.kiln_harness import RunningKiln
 from tests.raw_client import RawClient
-
-
-@pytest.fixture
-def slow_kiln(redis_url: str, kafka_bootstrap: str) -> Iterator[RunningKiln]:
-    """A fresh Kiln whose delay (60 s) never expires during a test: only delivery or an
-    explicit flush moves records."""
-    redis.Redis.from_url(redis_url).flushdb()
-    running = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=60_000)
-    yield running
-    running.stop()
 
 
 def produce(kiln: RunningKiln, topic: str, count: int, *, batch: bool = True) -> list[int]:

@@ -6,23 +6,11 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CTopicPartition
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from tests.kiln_harness import RunningKiln, start_kiln
-
-
-@pytest.fixture
-def slow_kiln(redis_url: str, kafka_bootstrap: str) -> RunningKiln:
-    """Kiln with a delay long enough that nothing is hardened during the test."""
-    import redis
-
-    redis.Redis.from_url(redis_url).flushdb()
-    running = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=600_000)
-    yield running  # type: ignore[misc]
-    running.stop()
+from tests.kiln_harness import RunningKiln
 
 
 def test_kafka_python_reads_what_was_produced_in_order(slow_kiln: RunningKiln,

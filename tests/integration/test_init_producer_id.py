@@ -4,23 +4,12 @@ producer's id; an id without an epoch, or an epoch without an id, is INVALID_REQ
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-import redis
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
 from proxy.protocol.errors import ErrorCode
-from tests.kiln_harness import RunningKiln, start_kiln
+from tests.kiln_harness import RunningKiln
 from tests.raw_client import RawClient, record_batch
-
-
-@pytest.fixture
-def kiln(redis_url: str, kafka_bootstrap: str) -> Iterator[RunningKiln]:
-    redis.Redis.from_url(redis_url).flushdb()
-    running = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=600_000)
-    yield running
-    running.stop()
 
 
 def init_producer_id(client: RawClient, producer_id: int = -1, epoch: int = -1) -> tuple[
@@ -32,8 +21,8 @@ def init_producer_id(client: RawClient, producer_id: int = -1, epoch: int = -1) 
 
 
 def test_naming_another_producers_id_gets_a_fresh_id_and_fences_nobody(
-        kiln: RunningKiln, unique_topic: str) -> None:
-    victim, stranger = RawClient(kiln.bootstrap), RawClient(kiln.bootstrap)
+        slow_kiln: RunningKiln, unique_topic: str) -> None:
+    victim, stranger = RawClient(slow_kiln.bootstrap), RawClient(slow_kiln.bootstrap)
     try:
         # Given an idempotent producer that wrote its first batch
         code, pid, epoch = init_producer_id(victim)
@@ -56,8 +45,8 @@ def test_naming_another_producers_id_gets_a_fresh_id_and_fences_nobody(
 
 
 def test_a_producer_that_lost_its_sequence_asks_again_and_gets_a_usable_id(
-        kiln: RunningKiln, unique_topic: str) -> None:
-    client = RawClient(kiln.bootstrap)
+        slow_kiln: RunningKiln, unique_topic: str) -> None:
+    client = RawClient(slow_kiln.bootstrap)
     try:
         # Given a producer that wrote two batches under its id (as librdkafka and
         # kafka-python ask again, naming it, after OUT_OF_ORDER_SEQUENCE_NUMBER)
@@ -79,8 +68,8 @@ def test_a_producer_that_lost_its_sequence_asks_again_and_gets_a_usable_id(
 
 @pytest.mark.parametrize(("producer_id", "epoch"), [(-1, 3), (42, -1)])
 def test_an_id_without_an_epoch_or_an_epoch_without_an_id_is_invalid(
-        kiln: RunningKiln, producer_id: int, epoch: int) -> None:
-    client = RawClient(kiln.bootstrap)
+        slow_kiln: RunningKiln, producer_id: int, epoch: int) -> None:
+    client = RawClient(slow_kiln.bootstrap)
     try:
         code, _, _ = init_producer_id(client, producer_id, epoch)
     finally:

@@ -7,7 +7,7 @@ import asyncio
 import dataclasses
 import struct
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -46,13 +46,6 @@ ACKS_1 = ProducerCase("none", 1, idempotence=False)
 EARLIEST = -2
 
 
-@pytest.fixture
-def slow_kiln(redis_url: str, kafka_bootstrap: str) -> Iterator[RunningKiln]:
-    """A fresh Kiln whose delay never expires during a test: only flush() hardens."""
-    redis.Redis.from_url(redis_url).flushdb()
-    running = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=600_000)
-    yield running
-    running.stop()
 
 
 def produce(kiln: RunningKiln, topic: str, records: Sequence[Record], partition: int = 0

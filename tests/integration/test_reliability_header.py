@@ -3,27 +3,17 @@ capped by the topic's maximum, and only where the topic lets producers override.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-import redis
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from proxy.protocol.errors import ErrorCode
 from storage.model import Reliability, TopicPartition
-from tests.kiln_harness import RunningKiln, start_kiln
+from tests.kiln_harness import RunningKiln
 from tests.raw_client import RawClient
 
 NOW_MS = 1_750_000_000_000
 
 
-@pytest.fixture
-def slow_kiln(redis_url: str, kafka_bootstrap: str) -> Iterator[RunningKiln]:
-    redis.Redis.from_url(redis_url).flushdb()
-    running = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=600_000)
-    yield running
-    running.stop()
 
 
 def batch_asking(*levels: bytes | None) -> bytes:

@@ -4,14 +4,14 @@ order: best_effort first, then express; reliable and persistent records are neve
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 import redis
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from storage.model import TopicPartition
-from tests.kiln_harness import RunningKiln, start_kiln
+from tests.kiln_harness import RunningKiln, eventually, start_kiln
 from tests.raw_client import RawClient, record_batch
 
 KB = 1024
@@ -38,14 +38,6 @@ def create(bootstrap: str, topic: str, level: str) -> None:
 def buffered(kiln: RunningKiln, topic: str) -> int:
     return kiln.call(kiln.app.queue.state(TopicPartition(topic, 0))).buffered_records
 
-
-def eventually(check: Callable[[], bool], timeout_s: float = 8) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
 
 
 def produce(client: RawClient, topic: str, records: int) -> None:
