@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from proxy.server.limits import ListenerLimits
+from storage.redis_pool import SENTINEL_SCHEME, parse_sentinel_url
 
 _LISTENER = ListenerLimits()  # the listener's defaults are its own
 
@@ -142,8 +143,14 @@ def _validate(settings: Settings) -> Settings:
     settings.advertised_address  # noqa: B018
     settings.http_address  # noqa: B018
     parse_host_port(settings.kafka_bootstrap.split(",")[0], "kafka_bootstrap")
-    if not settings.redis_url.startswith(("redis://", "rediss://", "unix://")):
-        raise SettingsError(f"redis_url: expected redis://HOST:PORT/DB, got {settings.redis_url!r}")
+    if settings.redis_url.startswith(SENTINEL_SCHEME):
+        try:
+            parse_sentinel_url(settings.redis_url)
+        except ValueError as exc:
+            raise SettingsError(f"redis_url: {exc}, got {settings.redis_url!r}") from None
+    elif not settings.redis_url.startswith(("redis://", "rediss://", "unix://")):
+        raise SettingsError(f"redis_url: expected redis://HOST:PORT/DB or "
+                            f"{SENTINEL_SCHEME}HOST:PORT/SERVICE, got {settings.redis_url!r}")
     for key in ("harden_delay_ms", "buffer_budget_bytes", "node_id", "min_delay_ms",
                 "max_ack_delay_ms"):
         if getattr(settings, key) < 0:

@@ -15,6 +15,7 @@ _MODE_NAMES = {
     "none": "no persistence",
     "aof-everysec": "AOF, `appendfsync everysec`",
     "aof-always": "AOF, `appendfsync always`",
+    "sentinel-failover": "a replica, Sentinel failover",
 }
 
 

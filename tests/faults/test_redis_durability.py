@@ -11,16 +11,19 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from cli.local_services import LocalRedis
 from storage.model import Reliability
 from tests.faults.records import ProducerLoop, read_partition
-from tests.kiln_harness import start_kiln
+from tests.faults.sentinel import LocalSentinel
+from tests.kiln_harness import eventually, start_kiln
 
 MODES: dict[str, list[str]] = {
     "none": [],
@@ -52,23 +55,23 @@ def producer_config(level: str) -> dict[str, Any]:
     return {"acks": "1", "enable.idempotence": False, "retries": 0}
 
 
-def write_result(tmp_path: Path, mode: str, rows: list[dict[str, Any]]) -> None:
+def write_result(tmp_path: Path, mode: str, redis_args: list[str],
+                 rows: list[dict[str, Any]]) -> None:
     out = Path(os.environ.get("KILN_FAULT_RESULTS", "") or tmp_path)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"redis-durability-{mode}.json").write_text(json.dumps(
-        {"mode": mode, "redis_args": MODES[mode], "levels": rows}, indent=2))
+        {"mode": mode, "redis_args": redis_args, "levels": rows}, indent=2))
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_what_each_level_survives_when_redis_is_killed(
-        mode: str, kafka_bootstrap: str, unique_topic: str, tmp_path: Path) -> None:
-    # Given a Redis in this durability mode, Kiln with a delay longer than the test (nothing
-    # is hardened before the end), and a producer on each level's topic
-    store = LocalRedis(extra_args=MODES[mode]).start()
-    kiln = start_kiln(store.url, kafka_bootstrap, harden_delay_ms=600_000)
+def levels_through_a_fault(redis_url: str, kafka_bootstrap: str, topic_prefix: str,
+                           fault: Callable[[], None]) -> list[dict[str, Any]]:
+    """One producer per level through Kiln (a delay longer than the run: nothing is
+    hardened before the end), `fault` after about 2 s, 3 s more, then what was kept of
+    what each producer was told: a row per level. Asserts nothing was hardened twice."""
+    kiln = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=600_000)
     loops: dict[str, ProducerLoop] = {}
     try:
-        topics = create_level_topics(kiln.bootstrap, unique_topic)
+        topics = create_level_topics(kiln.bootstrap, topic_prefix)
         common = {"bootstrap.servers": kiln.bootstrap, "linger.ms": 5,
                   "message.timeout.ms": 120_000, "retry.backoff.ms": 100,
                   "retry.backoff.max.ms": 1000}
@@ -79,12 +82,8 @@ def test_what_each_level_survives_when_redis_is_killed(
             loop.start()
         assert loops["best_effort"].wait_for_acks(RATE, timeout_s=30)
         time.sleep(1)
-
-        # When Redis is SIGKILLed, and restarted on the same files while they go on
         at_risk = {level: set(loop.deliveries.acked) for level, loop in loops.items()}
-        store.kill()
-        time.sleep(0.3)
-        store.start()
+        fault()
         time.sleep(3)
         for loop in loops.values():
             loop.stop_sending()
@@ -109,8 +108,9 @@ def test_what_each_level_survives_when_redis_is_killed(
         for loop in loops.values():
             loop.stop(flush_timeout_s=1)
         kiln.stop()
-        store.stop()
 
+    for level, seqs in in_kafka.items():
+        assert len(seqs) == len(set(seqs)), f"{level}: records hardened twice"
     rows = []
     for level, loop in loops.items():
         acked = set(loop.deliveries.acked)
@@ -121,15 +121,58 @@ def test_what_each_level_survives_when_redis_is_killed(
                      "lost_before_kill": len(at_risk[level] - kept),
                      "acknowledged_after_kill": len(after), "lost_after_kill": len(after - kept),
                      "lost": len(acked - kept), "undelivered": undelivered[level]})
-    write_result(tmp_path, mode, rows)
     print(json.dumps(rows, indent=1))
+    return rows
 
-    # Then an assured record is never lost; with every write on disk, no record is; and the
-    # hardened topics hold every record once
+
+@pytest.mark.parametrize("mode", MODES)
+def test_what_each_level_survives_when_redis_is_killed(
+        mode: str, kafka_bootstrap: str, unique_topic: str, tmp_path: Path) -> None:
+    # Given a Redis in this durability mode and a producer on each level's topic
+    store = LocalRedis(extra_args=MODES[mode]).start()
+
+    def kill_and_restart() -> None:
+        store.kill()
+        time.sleep(0.3)
+        store.start()
+
+    try:
+        # When Redis is SIGKILLed, and restarted on the same files while they go on
+        rows = levels_through_a_fault(store.url, kafka_bootstrap, unique_topic,
+                                      kill_and_restart)
+    finally:
+        store.stop()
+    write_result(tmp_path, mode, MODES[mode], rows)
+
+    # Then an assured record is never lost; with every write on disk, no record is
     lost = {row["level"]: row["lost"] for row in rows}
     assert lost["assured_persistent"] == 0
     if mode == "aof-always":
         assert set(lost.values()) == {0}, lost
-    for level, seqs in in_kafka.items():
-        assert len(seqs) == len(set(seqs)), f"{level}: records hardened twice"
+    assert all(row["acknowledged_after_kill"] > 0 for row in rows)
+
+
+def test_what_each_level_survives_a_sentinel_failover(
+        kafka_bootstrap: str, unique_topic: str, tmp_path: Path) -> None:
+    # Given a master, a replica in sync with it and a Sentinel watching them, Kiln
+    # connected through the Sentinel
+    master = LocalRedis(extra_args=["--repl-diskless-sync-delay", "0"]).start()
+    replica = LocalRedis(extra_args=["--replicaof", "127.0.0.1", str(master.port)]).start()
+    sentinel = LocalSentinel("kiln", master.port).start()
+    try:
+        assert eventually(lambda: redis.Redis(port=replica.port).info("replication")[
+            "master_link_status"] == "up"), "the replica never synced"
+        # When the master is SIGKILLed and the Sentinel promotes the replica
+        rows = levels_through_a_fault(f"redis+sentinel://127.0.0.1:{sentinel.port}/kiln",
+                                      kafka_bootstrap, unique_topic, master.kill)
+        promoted = sentinel.master_port()
+    finally:
+        sentinel.stop()
+        replica.stop()
+        master.stop()
+    write_result(tmp_path, "sentinel-failover", ["--replicaof", "(master)"], rows)
+
+    # Then the replica is the master now, and an assured record is never lost
+    assert promoted == replica.port
+    assert {row["level"]: row["lost"] for row in rows}["assured_persistent"] == 0
     assert all(row["acknowledged_after_kill"] > 0 for row in rows)

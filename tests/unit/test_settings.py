@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from cli.settings import SettingsError, load_settings
+from storage.redis_pool import parse_sentinel_url
 
 
 def test_flags_beat_environment_beat_file(tmp_path: Path) -> None:
@@ -72,3 +73,19 @@ def test_group_settings_default_and_are_checked() -> None:
     with pytest.raises(SettingsError, match="group_max_session_timeout_ms: must be >= "):
         load_settings(environ={"KILN_GROUP_MIN_SESSION_TIMEOUT_MS": "10000",
                                "KILN_GROUP_MAX_SESSION_TIMEOUT_MS": "9000"})
+
+
+def test_a_sentinel_url_names_its_sentinels_service_and_database() -> None:
+    url = "redis+sentinel://:s%40cret@10.0.0.1:26379,[::1]:26380/kiln/2"
+
+    assert parse_sentinel_url(url) == ([("10.0.0.1", 26379), ("::1", 26380)], "kiln", 2,
+                                       "s@cret")
+    assert load_settings(overrides={"redis_url": url}, environ={}).redis_url == url
+
+
+@pytest.mark.parametrize("url", ["redis+sentinel://10.0.0.1:26379",
+                                 "redis+sentinel://10.0.0.1/kiln",
+                                 "redis+sentinel://10.0.0.1:26379/kiln/x"])
+def test_a_bad_sentinel_url_is_refused(url: str) -> None:
+    with pytest.raises(SettingsError, match="redis_url"):
+        load_settings(overrides={"redis_url": url}, environ={})
