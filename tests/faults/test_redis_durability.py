@@ -19,10 +19,9 @@ import pytest
 import redis
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from cli.local_services import LocalRedis
+from cli.local_services import LocalRedis, LocalSentinel
 from storage.model import Reliability
 from tests.faults.records import ProducerLoop, read_partition
-from tests.faults.sentinel import LocalSentinel
 from tests.kiln_harness import eventually, start_kiln
 
 MODES: dict[str, list[str]] = {
@@ -163,7 +162,7 @@ def test_what_each_level_survives_a_sentinel_failover(
         assert eventually(lambda: redis.Redis(port=replica.port).info("replication")[
             "master_link_status"] == "up"), "the replica never synced"
         # When the master is SIGKILLed and the Sentinel promotes the replica
-        rows = levels_through_a_fault(f"redis+sentinel://127.0.0.1:{sentinel.port}/kiln",
+        rows = levels_through_a_fault(sentinel.url,
                                       kafka_bootstrap, unique_topic, master.kill)
         promoted = sentinel.master_port()
     finally:
