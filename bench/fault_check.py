@@ -3,7 +3,8 @@ every kind at random moments while producers and a consumer group work through K
 the whole history checked. Prints a table of faults injected and anomalies found on stderr
 and the report as JSON on stdout; a run with anomalies keeps its history in --workdir.
 
-    python -m bench.fault_check --minutes 30            # about 1,000 faults
+    python -m bench.fault_check --minutes 30            # about 630 faults
+    python -m bench.fault_check --minutes 30 --mean-gap-s 0.5   # about 1,000
     python -m bench.fault_check --minutes 2 --seed 7    # replay a seed
 """
 
@@ -26,6 +27,8 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--rate", type=int, default=300, help="records/s per producer")
+    parser.add_argument("--mean-gap-s", type=float, default=1.5,
+                        help="mean pause between one fault's end and the next")
     parser.add_argument("--workdir", type=Path, default=None,
                         help="where Kiln's log and failing histories go (default: a new "
                              "temporary directory, kept)")
@@ -35,7 +38,7 @@ def main() -> None:
     started = time.monotonic()
     report = run_checker(
         CheckerConfig(duration_s=args.minutes * 60, seed=seed, workdir=workdir,
-                      rate=args.rate),
+                      rate=args.rate, mean_gap_s=args.mean_gap_s),
         progress=lambda line: print(line, file=sys.stderr, flush=True))
     doc = {"seed": seed, "minutes": args.minutes, "seconds": round(time.monotonic() - started),
            "faults": dict(report.faults), "faults_total": sum(report.faults.values()),
