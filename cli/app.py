@@ -73,7 +73,7 @@ class KilnApp:
             subscriptions=subscriptions, redis=self.queue.redis, node=owner,
         )
         self.hardener = Hardener(self.queue, self.catalog, self.kafka, self.delay, self.waiters,
-                                 HardenerSettings(owner=owner),
+                                 HardenerSettings(owner=owner), subscriptions,
                                  buffer_fill=lambda: self.budget.fill)
         self.delivery = Delivery(self.queue, self.catalog.registry, subscriptions, self.waiters,
                                  on_delivered=self.delay.delivered)

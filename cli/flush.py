@@ -69,7 +69,7 @@ async def _flush(settings: Settings, only_topic: str | None, timeout_s: float,
         tps = await _partitions(stores, only_topic)
         before = await stores.queue.states(tps) if tps else []
         goals = {tp: s.next_offset for tp, s in zip(tps, before, strict=True)
-                 if s.start_offset < s.next_offset}
+                 if s.flushed_offset < s.next_offset}
         if goals and not await read_reports(stores.queue.redis):
             raise click.ClickException("no Kiln process is running against "
                                        f"{settings.redis_url}: nothing can harden")
@@ -85,8 +85,8 @@ async def _flush(settings: Settings, only_topic: str | None, timeout_s: float,
 async def _follow(stores: Stores, first: dict[TopicPartition, PartitionState],
                   goals: dict[TopicPartition, int], timeout_s: float, show_progress: bool
                   ) -> tuple[dict[TopicPartition, PartitionState], bool]:
-    """Poll the partitions until each one's log queue starts at its goal, with a bar."""
-    total = sum(goals[tp] - state.start_offset for tp, state in first.items())
+    """Poll the partitions until each one is flushed to its goal, with a bar."""
+    total = sum(goals[tp] - state.flushed_offset for tp, state in first.items())
     latest = dict(first)
     deadline = time.monotonic() + timeout_s
     with click.progressbar(length=total, label="hardening", show_pos=True,
@@ -95,11 +95,11 @@ async def _follow(stores: Stores, first: dict[TopicPartition, PartitionState],
         while True:
             states = await stores.queue.states(list(goals)) if goals else []
             latest = dict(zip(goals, states, strict=True))
-            now_done = sum(min(latest[tp].start_offset, goal) - first[tp].start_offset
+            now_done = sum(min(latest[tp].flushed_offset, goal) - first[tp].flushed_offset
                            for tp, goal in goals.items())
             bar.update(now_done - done)
             done = now_done
-            if all(latest[tp].start_offset >= goal for tp, goal in goals.items()):
+            if all(latest[tp].flushed_offset >= goal for tp, goal in goals.items()):
                 return latest, True
             if time.monotonic() >= deadline:
                 return latest, False
@@ -136,4 +136,4 @@ def _row(tp: TopicPartition, goal: int, first: PartitionState, last: PartitionSt
             "start": last.start_offset,
             "written": last.hardened_records - first.hardened_records,
             "dropped": last.delivered_records - first.delivered_records,
-            "done": last.start_offset >= goal}
+            "done": last.flushed_offset >= goal}

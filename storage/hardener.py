@@ -9,6 +9,10 @@ that lost the lease cannot write after its successor). Order per partition:
      already delivered to every durable subscription (topic policy `harden = survivors`);
   3. trim what was written from Redis and advance the hardened mark; wake waiting acks.
 
+`reliable_nonpersistent` batches are never written and are held in Redis until delivered
+(storage.policy.hardening_pass): the batches behind a held one are written on time and
+leave with it.
+
 Delivered batches are also dropped as commits arrive (storage.delivery), concurrently with
 this loop; both only ever remove a prefix of the log queue, so they cannot conflict.
 
@@ -24,6 +28,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from storage.acks import SettledWaiters
 from storage.catalog import Catalog
@@ -31,16 +36,21 @@ from storage.clock import wall_clock_ms
 from storage.errors import BufferUnavailable, Fenced, StorageError
 from storage.hardened_store import NOTHING_WRITTEN, HardenedPartitionWriter
 from storage.kafka.client import KafkaClient
-from storage.log_queue import LogQueue
+from storage.log_queue import LogQueue, PartitionState
 from storage.model import Reliability, StoredBatch, TopicPartition
 from storage.operator_requests import flush_requests
 from storage.policy.delay import due_prefix
+from storage.policy.hardening_pass import PassView, plan_pass, plan_release
 from storage.policy.observer import DelayObserver
 from storage.policy.reliability import shed_now, should_harden
 from storage.tasks import stop_task
 from storage.topics import HardenPolicy
 
 log = logging.getLogger(__name__)
+
+
+class DurableSubscriptions(Protocol):
+    async def groups(self, topic: str) -> frozenset[str]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,9 +85,11 @@ class HardenerCounters:
 class Hardener:
     def __init__(self, queue: LogQueue, catalog: Catalog, client: KafkaClient,
                  delay: DelayObserver, waiters: SettledWaiters, settings: HardenerSettings,
+                 subscriptions: DurableSubscriptions,
                  clock: Callable[[], int] = wall_clock_ms,
                  buffer_fill: Callable[[], float] = lambda: 0.0) -> None:
         self._queue = queue
+        self._subscriptions = subscriptions
         self._catalog = catalog
         self._client = client
         self._delay = delay
@@ -94,6 +106,8 @@ class Hardener:
         self._flush_goal: dict[TopicPartition, int] = {}
         # Partitions whose task found the log queue empty; the supervisor wakes them.
         self._idle_empty: set[TopicPartition] = set()
+        # When each partition last tried to release the batches it holds until delivered.
+        self._released_at: dict[TopicPartition, float] = {}
         self.counters = HardenerCounters()
 
     def start(self) -> None:
@@ -122,7 +136,7 @@ class Hardener:
         while goals:
             states = await self._queue.states(list(goals))
             goals = {tp: goal for (tp, goal), state in zip(goals.items(), states, strict=True)
-                     if state.start_offset < goal}
+                     if state.flushed_offset < goal}
             if goals and time.monotonic() >= deadline:
                 return False
             if goals:
@@ -186,17 +200,18 @@ class Hardener:
                 self._wakeup(tp).set()
 
     async def _run_partition(self, tp: TopicPartition) -> None:
-        """Wait until the partition's oldest batch is due, then take the lease, recover the
-        writer if needed (only partitions with work ever fence or read Kafka) and harden."""
+        """Wait until the partition's oldest undecided batch is due, then take the lease,
+        recover the writer if needed (only partitions with work ever fence or read Kafka)
+        and harden."""
         writer: HardenedPartitionWriter | None = None
-        skip_below = 0
+        decided_below = 0
         backoff = 0.0
         wakeup = self._wakeup(tp)
         idle_s = self._settings.lease_ms / 4000  # renew the lease well before it expires
         while not self._stopping.is_set():
             try:
                 wakeup.clear()
-                wait_s = await self._until_due(tp)
+                wait_s = await self._until_due(tp, decided_below, idle_s)
                 if wait_s > 0:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(wakeup.wait(), min(wait_s, idle_s))
@@ -207,8 +222,8 @@ class Hardener:
                     await asyncio.sleep(idle_s)
                     continue
                 if writer is None:
-                    writer, skip_below = await self._recover(tp)
-                skip_below = await self._harden_due(tp, writer, skip_below)
+                    writer, decided_below = await self._recover(tp)
+                decided_below = await self._harden_due(tp, writer, decided_below)
                 backoff = 0.0
             except Fenced as exc:
                 log.warning("hardening of %s/%d fenced: %s", tp.topic, tp.partition, exc)
@@ -232,22 +247,32 @@ class Hardener:
             return now
         return self._delay.decision(tp.topic, now).due_before(now)
 
-    async def _until_due(self, tp: TopicPartition) -> float:
-        """Seconds until the partition's oldest batch is due (0: now; inf: it is empty)."""
-        oldest = await self._queue.peek_oldest(tp)
+    async def _until_due(self, tp: TopicPartition, decided_below: int, idle_s: float) -> float:
+        """Seconds until the partition's oldest undecided batch is due (0: now; inf: the
+        log queue is empty). Batches held until delivered are looked at again every
+        `idle_s` (deliveries through other Kiln processes are not announced here)."""
+        oldest, undecided = await self._queue.peek(tp, decided_below)
         if oldest is None:
             self._idle_empty.add(tp)
             return float("inf")
         self._idle_empty.discard(tp)
-        if self._shed(oldest):
-            return 0.0
-        due_before = self._due_before(tp, self._clock(), oldest.base_offset)
-        return max(0.0, (oldest.append_time_ms - due_before) / 1000)
+        wait_s = float("inf")
+        if oldest.base_offset < decided_below:  # a held region
+            since = time.monotonic() - self._released_at.get(tp, float("-inf"))
+            wait_s = max(0.0, idle_s - since)
+        if undecided is not None:
+            if self._shed(undecided):
+                return 0.0
+            due_before = self._due_before(tp, self._clock(), undecided.base_offset)
+            wait_s = min(wait_s, max(0.0, (undecided.append_time_ms - due_before) / 1000))
+        return wait_s
 
     def _shed(self, batch: StoredBatch) -> bool:
         return shed_now(batch.reliability, self._buffer_fill())
 
     async def _recover(self, tp: TopicPartition) -> tuple[HardenedPartitionWriter, int]:
+        """Fence earlier writers and find where hardening goes on: returns the writer and
+        the offset below which every record is decided (in Kafka, or needing nothing)."""
         config = await self._catalog.lookup(tp.topic, allow_create=False)
         if config is not None:
             await self._catalog.ensure_in_kafka(tp.topic, config.partitions, fresh=True)
@@ -259,39 +284,47 @@ class Hardener:
             log.error("%s/%d: Kafka holds Kiln offsets up to %d but the log queue is at %d: "
                       "Redis lost this partition's state while the topic stayed registered",
                       tp.topic, tp.partition, in_kafka - 1, state.next_offset)
-        skip_below = max(in_kafka or 0, state.hardened_offset)
+        decided_below = max(in_kafka or 0, state.hardened_offset)
         if in_kafka is not None and in_kafka > state.hardened_offset:
-            # Crashed after writing to Kafka and before trimming Redis: finish the trim.
-            await self._queue.trim_below(tp, in_kafka)
+            # Crashed after writing to Kafka and before finishing the pass: its records are
+            # in Kafka (counted as hardened, the few delivered or expired among them too);
+            # the batches leave with the next pass, except those held until delivered.
+            await self._queue.finish_pass(tp, state.incarnation, trim_below=0,
+                                          hardened_below=in_kafka,
+                                          written_records=in_kafka - state.hardened_offset)
         if state.incarnation:
-            self._waiters.settled(tp, state.incarnation, skip_below)
-        log.info("hardening %s/%d from Kiln offset %d", tp.topic, tp.partition, skip_below)
-        return writer, skip_below
+            self._waiters.settled(tp, state.incarnation, decided_below)
+        log.info("hardening %s/%d from Kiln offset %d", tp.topic, tp.partition, decided_below)
+        return writer, decided_below
 
     async def _harden_due(self, tp: TopicPartition, writer: HardenedPartitionWriter,
-                          skip_below: int) -> int:
-        """Harden the due prefix of the partition (up to the read limit); returns the new
-        skip_below (every offset below it is in Kafka or was dropped)."""
-        read = await self._queue.read(tp, self._settings.read_limit_bytes)
+                          decided_below: int) -> int:
+        """Release what the partition held and may now let go, then harden its due
+        undecided batches (up to the read limit); returns the new `decided_below`."""
+        state = await self._queue.state(tp)
+        subscribed = bool(await self._subscriptions.groups(tp.topic))
+        head_held = False
+        if state.start_offset < decided_below:
+            head_held = await self._release(tp, state, decided_below, subscribed)
+        read = await self._queue.read(tp, self._settings.read_limit_bytes,
+                                      from_offset=decided_below)
         batches = read.batches
         if not batches:
-            return skip_below
+            return decided_below
         due = due_prefix(batches, self._due_before(tp, self._clock(), batches[0].base_offset),
                          self._shed)
         if not due:
-            return skip_below
+            return decided_below
         config = await self._catalog.lookup(tp.topic, allow_create=False)
         policy = HardenPolicy.SURVIVORS if config is None else config.harden
-        delivered_below = 0
-        if policy is not HardenPolicy.ALL:
-            delivered_below = (await self._queue.state(tp)).delivered_offset
-        write_from = max(skip_below, delivered_below)
-        to_write = [b for b in due if _hardens(b, policy) and b.next_offset > write_from]
-        upto = due[-1].next_offset
+        plan = plan_pass(due, PassView(
+            decided_below=decided_below, delivered_below=state.delivered_offset,
+            skip_delivered=policy is not HardenPolicy.ALL, subscribed=subscribed,
+            head_held=head_held), lambda batch: _hardens(batch, policy))
         result = NOTHING_WRITTEN
-        if to_write:
+        if plan.to_write:
             started = time.monotonic()
-            result = await writer.write(to_write, write_from)
+            result = await writer.write(plan.to_write, plan.write_from)
             self._delay.kafka_write((time.monotonic() - started) * 1000, self._clock())
             self.counters.records_hardened += result.records
             self.counters.records_forwarded += result.forwarded_records
@@ -300,13 +333,33 @@ class Hardener:
             per_topic = self.counters.per_topic_records
             per_topic[tp.topic] = per_topic.get(tp.topic, 0) + result.records
             if self.counters.on_written is not None:
-                self.counters.on_written(tp.topic, to_write, self._clock())
-        await self._queue.trim_read(tp, read, due, written_records=result.records,
-                                    written_bytes=result.bytes,
-                                    delivered_below=delivered_below)
-        self._waiters.settled(tp, read.incarnation, upto)
-        return max(skip_below, upto)
+                self.counters.on_written(tp.topic, plan.to_write, self._clock())
+        await self._queue.finish_pass(
+            tp, read.incarnation, trim_below=plan.trim_below,
+            hardened_below=plan.decided_below, written_records=result.records,
+            written_bytes=result.bytes, delivered_records=plan.delivered_records,
+            expired_records=plan.expired_records)
+        self._waiters.settled(tp, read.incarnation, plan.decided_below)
+        return max(decided_below, plan.decided_below)
 
+    async def _release(self, tp: TopicPartition, state: PartitionState, decided_below: int,
+                       subscribed: bool) -> bool:
+        """Let the held region at the head of the log queue go up to the first batch that
+        must still be held; True when one still is."""
+        self._released_at[tp] = time.monotonic()
+        while True:
+            read = await self._queue.read(tp, self._settings.read_limit_bytes)
+            plan = plan_release(read.batches, decided_below=decided_below,
+                                delivered_below=state.delivered_offset, subscribed=subscribed)
+            if plan.trim_below:
+                await self._queue.finish_pass(
+                    tp, read.incarnation, trim_below=plan.trim_below,
+                    hardened_below=decided_below, delivered_records=plan.delivered_records,
+                    expired_records=plan.expired_records)
+            if plan.blocked or not read.batches \
+                    or read.batches[-1].next_offset >= decided_below \
+                    or plan.trim_below < read.batches[-1].next_offset:
+                return plan.blocked
 
 
 def _hardens(batch: StoredBatch, policy: HardenPolicy) -> bool:

@@ -11,8 +11,9 @@ Layout per partition (`{topic/partition}` is the hash tag):
   kiln:{t/p}:meta    hash; inc (incarnation: a token made when Kiln starts the partition in
                      Redis, so a partition Redis lost and Kiln started again is told apart),
                      next (high watermark), hardened (every offset below it is in
-                     Kafka or needs no hardening), delivered (every offset below it is
-                     delivered), appended (bytes ever appended), bytes and records buffered,
+                     Kafka or needs no hardening; batches below it still buffered are
+                     held until delivered, with those behind them), delivered (every
+                     offset below it is delivered), appended (bytes ever appended), bytes and records buffered,
                      and what left the queue how: hardened_records/_bytes (written to Kafka),
                      delivered_records/_bytes (dropped as delivered), expired_records (never
                      to be hardened: non-persistent levels, harden=never)
@@ -176,42 +177,30 @@ local function advance(meta, name, to)
 end
 """
 
-# Recovery: Kafka already holds everything below ARGV[1]; drop it and advance the hardened mark.
-_TRIM_BELOW = _TRIM_PREFIX + """
+# A hardening pass (or the release of held batches) finished: drop the whole batches below
+# ARGV[1] (0: none), advance the hardened mark to ARGV[2], and count what the pass decided:
+# ARGV[3] records written to Kafka (ARGV[4] bytes), ARGV[5] delivered and ARGV[6] expired
+# (never to be hardened). The pass read incarnation ARGV[7]; if Redis lost the partition
+# since, nothing is touched (returns -1). Returns the records removed.
+_FINISH_PASS = _TRIM_PREFIX + """
 local log, meta = KEYS[1], KEYS[2]
-local upto = tonumber(ARGV[1])
-local b0, b1, removed_bytes = trim_prefix(log, meta, upto)
-if b1 > b0 then
-  redis.call('HINCRBY', meta, 'hardened_records', b1 - b0)
-  redis.call('HINCRBY', meta, 'hardened_bytes', removed_bytes)
+if redis.call('HGET', meta, 'inc') ~= ARGV[7] then return -1 end
+local b0, b1 = trim_prefix(log, meta, tonumber(ARGV[1]))
+local counters = {'hardened_records', 'hardened_bytes', 'delivered_records', 'expired_records'}
+for i, name in ipairs(counters) do
+  local n = tonumber(ARGV[i + 2])
+  if n > 0 then redis.call('HINCRBY', meta, name, n) end
 end
-advance(meta, 'hardened', upto)
-return {b1 - b0, removed_bytes}
-"""
-
-# The hardener finished a pass up to ARGV[1]: it wrote ARGV[2] records (ARGV[3] bytes to
-# Kafka) and skipped the records below ARGV[4] as delivered. Whatever else was removed will
-# never be hardened (non-persistent levels, harden=never). The pass read incarnation
-# ARGV[5]; if Redis lost the partition since, nothing is touched (returns -1).
-_TRIM_READ = _TRIM_PREFIX + """
-local log, meta = KEYS[1], KEYS[2]
-if redis.call('HGET', meta, 'inc') ~= ARGV[5] then return -1 end
-local upto, written = tonumber(ARGV[1]), tonumber(ARGV[2])
-local b0, b1, removed_bytes = trim_prefix(log, meta, upto)
-local delivered = math.max(0, math.min(tonumber(ARGV[4]), b1) - b0)
-redis.call('HINCRBY', meta, 'hardened_records', written)
-redis.call('HINCRBY', meta, 'hardened_bytes', tonumber(ARGV[3]))
-if delivered > 0 then redis.call('HINCRBY', meta, 'delivered_records', delivered) end
-local expired = (b1 - b0) - delivered - written
-if expired > 0 then redis.call('HINCRBY', meta, 'expired_records', expired) end
-advance(meta, 'hardened', upto)
+advance(meta, 'hardened', tonumber(ARGV[2]))
 return b1 - b0
 """
 
 # A durable subscription (ARGV[1]; '' to only recount) committed ARGV[2]; ARGV[4..] are
 # every durable subscription of the topic. The delivered mark becomes the lowest of their
 # commits (capped at the high watermark: committing past it delivers nothing not yet
-# appended) and, when ARGV[3] is 1, the batches wholly below it are dropped.
+# appended) and, when ARGV[3] is 1, the batches wholly below it are dropped, unless the log
+# queue starts below the hardened mark: that region is held by the hardener (batches kept
+# until delivered, and those behind them), which releases it and counts what leaves.
 # Returns {delivered mark, records dropped, incarnation}.
 _DELIVER = _TRIM_PREFIX + """
 local log, meta, commits = KEYS[1], KEYS[2], KEYS[3]
@@ -232,7 +221,9 @@ end
 advance(meta, 'delivered', lowest or 0)
 local delivered = tonumber(redis.call('HGET', meta, 'delivered') or '0')
 local dropped = 0
-if ARGV[3] == '1' then
+local head = first_entry(log)
+if ARGV[3] == '1' and head ~= nil
+    and head >= tonumber(redis.call('HGET', meta, 'hardened') or '0') then
   local b0, b1, removed_bytes = trim_prefix(log, meta, delivered)
   dropped = b1 - b0
   if dropped > 0 then
@@ -280,15 +271,27 @@ then return 1 end
 return 0
 """
 
-# Entries from ARGV[1] on, stopping before ARGV[2] bytes of batch data are exceeded (at
-# least one entry) or at ARGV[3] entries: reads never move more than a reader can use.
-# Returns {incarnation of the partition (KEYS[2], its meta, when given), entries}.
+# Entries from ARGV[1] on (or, when ARGV[4] is given, from the entry holding that offset),
+# stopping before ARGV[2] bytes of batch data are exceeded (at least one entry) or at ARGV[3]
+# entries: reads never move more than a reader can use. Returns {incarnation of the
+# partition (KEYS[2], its meta, when given), entries}.
 _READ_RANGE = """
 local key, start = KEYS[1], ARGV[1]
 local limit, most = tonumber(ARGV[2]), tonumber(ARGV[3])
 local out, size = {}, 0
 local incarnation = ''
 if KEYS[2] then incarnation = redis.call('HGET', KEYS[2], 'inc') or '' end
+if ARGV[4] then
+  local holding = redis.call('XREVRANGE', key, ARGV[4] .. '-1', '-', 'COUNT', 1)
+  start = ARGV[4] .. '-1'
+  if #holding > 0 then
+    local f, n = holding[1][2], 0
+    for j = 1, #f, 2 do if f[j] == 'n' then n = tonumber(f[j + 1]) end end
+    if tonumber(string.match(holding[1][1], '^(%d+)')) + n > tonumber(ARGV[4]) then
+      start = holding[1][1]
+    end
+  end
+end
 while #out < most do
   local entries = redis.call('XRANGE', key, start, '+', 'COUNT', 16)
   if #entries == 0 then break end
@@ -391,6 +394,12 @@ class PartitionState:
         return self.next_offset - self.buffered_records
 
     @property
+    def flushed_offset(self) -> int:
+        """Every offset below it has left the log queue or needs nothing more from the
+        hardener (in Kafka, or a non-persistent record it holds until delivered)."""
+        return max(self.start_offset, self.hardened_offset)
+
+    @property
     def settled_offset(self) -> int:
         """Every offset below it is hardened or delivered: assured acks are due."""
         return max(self.hardened_offset, self.delivered_offset)
@@ -421,13 +430,12 @@ class LogQueue:
     def __init__(self, redis: aioredis.Redis) -> None:
         self._redis = redis
         self._append = redis.register_script(_APPEND)
-        self._trim = redis.register_script(_TRIM_BELOW)
         self._lease = redis.register_script(_LEASE)
         self._release = redis.register_script(_RELEASE)
         self._initialize = redis.register_script(_INITIALIZE)
         self._started = redis.register_script(_STARTED)
         self._read_range = redis.register_script(_READ_RANGE)
-        self._trim_read = redis.register_script(_TRIM_READ)
+        self._finish_pass = redis.register_script(_FINISH_PASS)
         self._deliver = redis.register_script(_DELIVER)
         self._forget_producers = redis.register_script(_FORGET_PRODUCERS)
 
@@ -488,18 +496,39 @@ class LogQueue:
                 raise reply
         return replies
 
-    async def read(self, tp: TopicPartition, limit_bytes: int, max_batches: int = 1000
-                   ) -> QueueRead:
-        """Batches from the start of the partition's log, oldest first, up to limit_bytes
-        (at least one batch when any exists), with the incarnation they belong to."""
+    async def read(self, tp: TopicPartition, limit_bytes: int, max_batches: int = 1000,
+                   from_offset: int | None = None) -> QueueRead:
+        """Batches from the start of the partition's log (or from the batch holding
+        `from_offset`), oldest first, up to limit_bytes (at least one batch when any
+        exists), with the incarnation they belong to."""
+        args: list[int | str] = ["-", limit_bytes, max_batches]
+        if from_offset is not None:
+            args.append(from_offset)
         try:
             incarnation, entries = await self._read_range(
-                keys=[_key(tp, "log"), _key(tp, "meta")], args=["-", limit_bytes, max_batches])
+                keys=[_key(tp, "log"), _key(tp, "meta")], args=args)
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
         return QueueRead(_text(incarnation),
                          [_stored_batch(entry_id, _field_map(fields))
                           for entry_id, fields in entries])
+
+    async def peek(self, tp: TopicPartition, from_offset: int
+                   ) -> tuple[StoredBatch | None, StoredBatch | None]:
+        """The oldest batch of the partition, and the first batch holding `from_offset` or
+        after it; None where there is none. One round trip."""
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.xrange(_key(tp, "log"), "-", "+", count=1)
+                pipe.evalsha(self._read_range.sha, 1, _key(tp, "log"), "-", 1, 1, from_offset)
+                oldest, (_, after) = await pipe.execute()
+        except NoScriptError:
+            return await self.peek_oldest(tp), next(iter(
+                (await self.read(tp, 1, 1, from_offset=from_offset)).batches), None)
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        return (_stored_batch(*oldest[0]) if oldest else None,
+                _stored_batch(after[0][0], _field_map(after[0][1])) if after else None)
 
     async def peek_oldest(self, tp: TopicPartition) -> StoredBatch | None:
         try:
@@ -600,37 +629,26 @@ class LogQueue:
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
 
-    async def trim_below(self, tp: TopicPartition, offset: int) -> tuple[int, int]:
-        """Drop whole batches below `offset` and advance the hardened mark to it.
-
-        Returns (records removed, bytes removed)."""
+    async def finish_pass(self, tp: TopicPartition, incarnation: str, *, trim_below: int,
+                          hardened_below: int, written_records: int = 0,
+                          written_bytes: int = 0, delivered_records: int = 0,
+                          expired_records: int = 0) -> int:
+        """A hardening pass (by the caller, who holds the partition's lease) is done: drop
+        the whole batches below `trim_below` (0: none), advance the hardened mark to
+        `hardened_below` and count what the pass decided. Returns the records removed (fewer
+        when delivered-record removal took some first). Raises PartitionLost when Redis lost
+        the partition since `incarnation` was read: the marks of its new incarnation are
+        not the caller's."""
         try:
-            removed = await self._trim(keys=[_key(tp, "log"), _key(tp, "meta")], args=[offset])
-        except (RedisError, OSError) as exc:
-            raise BufferUnavailable(str(exc)) from exc
-        return int(removed[0]), int(removed[1])
-
-    async def trim_read(self, tp: TopicPartition, read: QueueRead, batches: Sequence[StoredBatch],
-                        *, written_records: int, written_bytes: int, delivered_below: int
-                        ) -> int:
-        """Drop `batches`, the oldest of `read` (made by the caller, who holds the
-        partition's lease), and advance the hardened mark past them. The caller wrote
-        `written_records` of them to Kafka and skipped those below `delivered_below` as
-        delivered; the rest are counted as expired. Returns the entries removed (fewer when
-        delivered-record removal took some first). Raises PartitionLost when Redis lost the
-        partition since the read: the marks of its new incarnation are not the caller's."""
-        if not batches:
-            return 0
-        try:
-            removed = int(await self._trim_read(
+            removed = int(await self._finish_pass(
                 keys=[_key(tp, "log"), _key(tp, "meta")],
-                args=[batches[-1].next_offset, written_records, written_bytes, delivered_below,
-                      read.incarnation]))
+                args=[trim_below, hardened_below, written_records, written_bytes,
+                      delivered_records, expired_records, incarnation]))
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
         if removed < 0:
             raise PartitionLost(f"{tp.topic}/{tp.partition}: Redis lost the partition's state "
-                                f"(incarnation {read.incarnation!r}) while it was hardened")
+                                f"(incarnation {incarnation!r}) while it was hardened")
         return removed
 
     async def deliver(self, group: str, offsets: Mapping[TopicPartition, int],

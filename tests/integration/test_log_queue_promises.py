@@ -75,8 +75,10 @@ def test_a_new_incarnation_is_told_apart_and_a_pass_over_the_old_one_trims_nothi
         new = await append(queue, batch([b"b"]))
         # When the hardener finishes its pass over what it read
         try:
-            await queue.trim_read(TP, read, read.batches, written_records=1, written_bytes=1,
-                                  delivered_below=0)
+            await queue.finish_pass(TP, read.incarnation,
+                                    trim_below=read.batches[-1].next_offset,
+                                    hardened_below=read.batches[-1].next_offset,
+                                    written_records=1, written_bytes=1)
             refused = False
         except PartitionLost:
             refused = True
