@@ -33,7 +33,7 @@ from typing import Protocol
 from storage.acks import SettledWaiters
 from storage.catalog import Catalog
 from storage.clock import wall_clock_ms
-from storage.errors import BufferUnavailable, Fenced, StorageError
+from storage.errors import BufferUnavailable, Fenced, PartitionLost, StorageError
 from storage.hardened_store import NOTHING_WRITTEN, HardenedPartitionWriter
 from storage.kafka.client import KafkaClient
 from storage.log_queue import LogQueue, PartitionState
@@ -233,7 +233,7 @@ class Hardener:
             except StorageError as exc:
                 writer = None
                 self.counters.errors += 1
-                if not isinstance(exc, BufferUnavailable):
+                if not isinstance(exc, BufferUnavailable | PartitionLost):
                     self._delay.kafka_failed(self._clock())
                 backoff = min(self._settings.max_backoff_s, max(0.05, backoff * 2))
                 log.warning("hardening of %s/%d paused %.2fs: %s",

@@ -6,19 +6,28 @@ every level must survive a Redis restart), a tansu broker that Kiln reaches thro
 (cut to take Kafka away without losing its data), and `kiln serve` as a child process that
 clients reach through another relay (cut to drop every client connection at once).
 
-Workload: an idempotent `acks=all` producer (assured_persistent) and an `acks=1` producer
-without retries (reliable_persistent) on two topics, and a consumer group reading the first
-through Kiln, committing as it goes.
+Workload, on three topics:
+- `assured`: two idempotent `acks=all` producers (assured_persistent) on one partition,
+  read through Kiln by two consumer groups (both durable subscriptions: a record is
+  delivered, and may be dropped unwritten, only once both committed past it);
+- `reliable`: an `acks=1` producer without retries (reliable_persistent);
+- `held`: an `acks=1` producer without retries at reliable_nonpersistent (the topic's
+  level), read by a third group that an operator registered as a durable subscription
+  before anything was sent: its records are kept in Redis until that group read them, and
+  never written to Kafka.
 
 Faults, drawn by a seeded generator: Kiln killed (SIGKILL) and restarted, Kiln paused
 (SIGSTOP) and resumed, Redis killed and restarted, Kafka cut off, client connections cut.
 
 Checked afterwards (Kiln drained with SIGTERM, topics read straight from the broker):
-- every acknowledged record is in its hardened topic (or, for the topic the group reads,
-  was delivered to the group, which makes hardening it unnecessary), once, in send order,
-  at strictly increasing Kiln offsets, and at the offset its producer was told;
-- the group is never handed a record below an offset it committed, and reads every
-  acknowledged record at least once.
+- every acknowledged persistent record is in its hardened topic (or was delivered to every
+  group reading its topic, which makes hardening it unnecessary), once, in send order
+  (per producer), at strictly increasing Kiln offsets, and at the offset its producer was
+  told;
+- every acknowledged reliable_nonpersistent record was read by its group, and none reached
+  Kafka;
+- no group is ever handed a record below an offset it committed, and each reads every
+  acknowledged record of its topic at least once.
 
 `run_checker` returns a report (faults by kind, anomalies, counts); with anomalies, the
 history (faults with their times, the checks' findings) is kept as JSON in `workdir`.
@@ -28,6 +37,7 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
 import threading
 import time
 import uuid
@@ -42,11 +52,12 @@ import confluent_kafka
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from cli.local_services import LocalRedis, free_port
-from tests.faults.kiln_process import KilnProcess
+from tests.faults.kiln_process import KilnProcess, kiln_executable
 from tests.faults.records import HardenedRecord, NumberedLoop, read_partition, seq_of
 from tests.tcp_relay import RelayedTansu, TcpRelay
 
-RELIABLE_FIRST = 10_000_000  # the acks=1 producer's records are value_of(RELIABLE_FIRST + n)
+# Each producer's record n is value_of(its first + n): records told apart by their values.
+FIRSTS = {"assured-a": 0, "assured-b": 5_000_000, "reliable": 10_000_000, "held": 20_000_000}
 FAULT_KINDS = ("kill_kiln", "pause_kiln", "restart_redis", "cut_kafka", "cut_clients")
 _RETRYING = {"message.timeout.ms": 300_000, "request.timeout.ms": 30_000,
              "retry.backoff.ms": 50, "retry.backoff.max.ms": 500,
@@ -88,7 +99,9 @@ class GroupReader(threading.Thread):
     notes every record it is handed below an offset the group committed."""
 
     def __init__(self, bootstrap: str, topic: str, group: str) -> None:
-        super().__init__(name="checker-group", daemon=True)
+        super().__init__(name=f"checker-group-{group}", daemon=True)
+        self.topic = topic
+        self.group = group
         self._consumer = confluent_kafka.Consumer({
             "bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
             "auto.offset.reset": "earliest", "session.timeout.ms": 10_000,
@@ -113,8 +126,8 @@ class GroupReader(threading.Thread):
                     assert partition is not None and offset is not None
                     if offset < self.committed.get(partition, 0):
                         self.anomalies.append(
-                            f"group handed offset {offset} of partition {partition} after "
-                            f"committing {self.committed[partition]}")
+                            f"group {self.group} handed offset {offset} of partition "
+                            f"{partition} after committing {self.committed[partition]}")
                     self.seen.add(seq_of(msg.value()))
                 if time.monotonic() - last_commit >= 0.5:
                     last_commit = time.monotonic()
@@ -147,8 +160,8 @@ class FaultChecker:
         self.history: list[dict[str, Any]] = []
         self._started = time.monotonic()
         suffix = uuid.uuid4().hex[:8]
-        self.topics = {"assured": f"checker-assured-{suffix}",
-                       "reliable": f"checker-reliable-{suffix}"}
+        self.topics = {name: f"checker-{name}-{suffix}"
+                       for name in ("assured", "reliable", "held")}
 
     def run(self, progress: Callable[[str], None] = lambda _: None) -> Report:
         cfg = self.config
@@ -160,8 +173,8 @@ class FaultChecker:
         client_relay = TcpRelay(kiln_port, client_port).start()
         bootstrap = f"127.0.0.1:{client_port}"
         kiln: KilnProcess | None = None
-        loops: list[NumberedLoop] = []
-        reader: GroupReader | None = None
+        loops: dict[str, NumberedLoop] = {}
+        readers: list[GroupReader] = []
         try:
             redis_server.start()
             broker.start()
@@ -171,18 +184,23 @@ class FaultChecker:
                                advertised_port=client_port)
             kiln.start()
             self._create_topics(bootstrap)
-            loops = [
-                NumberedLoop({"bootstrap.servers": bootstrap, "acks": "all",
-                              "enable.idempotence": True, **_RETRYING},
-                             self.topics["assured"], 0, cfg.rate),
-                NumberedLoop({"bootstrap.servers": bootstrap, "acks": "1", "retries": 0,
-                              "enable.idempotence": False, **_RETRYING},
-                             self.topics["reliable"], RELIABLE_FIRST, cfg.rate),
-            ]
-            for loop in loops:
-                loop.start()
-            reader = GroupReader(bootstrap, self.topics["assured"], f"checker-{uuid.uuid4()}")
-            reader.start()
+            held_group = f"checker-held-{uuid.uuid4().hex[:8]}"
+            _register_subscription(redis_server.url, self.topics["held"], held_group)
+            readers = [GroupReader(bootstrap, self.topics["assured"],
+                                   f"checker-{name}-{uuid.uuid4().hex[:8]}")
+                       for name in ("a", "b")]
+            readers.append(GroupReader(bootstrap, self.topics["held"], held_group))
+            idempotent = {"acks": "all", "enable.idempotence": True}
+            once = {"acks": "1", "retries": 0, "enable.idempotence": False}
+            loops = {name: NumberedLoop({"bootstrap.servers": bootstrap, **settings,
+                                         **_RETRYING},
+                                        self.topics[name.split("-")[0]], FIRSTS[name],
+                                        cfg.rate)
+                     for name, settings in (("assured-a", idempotent),
+                                            ("assured-b", idempotent),
+                                            ("reliable", once), ("held", once))}
+            for thread in [*readers, *loops.values()]:
+                thread.start()
             faults = {"kill_kiln": lambda: self._kill_kiln(kiln),
                       "pause_kiln": lambda: self._pause_kiln(kiln),
                       "restart_redis": lambda: self._restart_redis(redis_server),
@@ -195,17 +213,18 @@ class FaultChecker:
                 self._note("fault", kind=kind)
                 faults[kind]()
                 self.report.faults[kind] += 1
-                progress(f"{time.monotonic() - self._started:6.1f}s {kind:14} "
-                         f"acked {[len(loop.deliveries.acked) for loop in loops]}")
-            self._settle(kiln, loops, reader)
+                progress(f"{time.monotonic() - self._started:6.1f}s {kind:14} acked "
+                         f"{[len(loop.deliveries.acked) for loop in loops.values()]}")
+            self._settle(kiln, loops, readers)
             hardened = {name: read_partition(f"127.0.0.1:{kafka_port}", topic, timeout_s=120)
                         for name, topic in self.topics.items()}
-            self._check(loops, reader, hardened)
+            self._check(loops, readers, hardened)
         finally:
-            for loop in loops:
+            for loop in loops.values():
                 loop.stop(flush_timeout_s=1)
-            if reader is not None and reader.is_alive():
-                reader.stop()
+            for reader in readers:
+                if reader.is_alive():
+                    reader.stop()
             if kiln is not None:
                 kiln.stop()
             client_relay.stop()
@@ -242,70 +261,98 @@ class FaultChecker:
 
     def _create_topics(self, bootstrap: str) -> None:
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        for future in admin.create_topics([NewTopic(t, 1, 1)
-                                           for t in self.topics.values()]).values():
+        levels = {"held": {"kiln.reliability": "reliable_nonpersistent"}}
+        for future in admin.create_topics([NewTopic(topic, 1, 1, config=levels.get(name, {}))
+                                           for name, topic in self.topics.items()]).values():
             future.result(30)
 
-    def _settle(self, kiln: KilnProcess, loops: list[NumberedLoop],
-                reader: GroupReader) -> None:
-        """Every producer answered, the group caught up, Kiln drained (SIGTERM)."""
-        for loop in loops:
+    def _settle(self, kiln: KilnProcess, loops: dict[str, NumberedLoop],
+                readers: list[GroupReader]) -> None:
+        """Every producer answered, the groups caught up, Kiln drained (SIGTERM)."""
+        for loop in loops.values():
             loop.stop_sending()
-        for loop in loops:
+        for loop in loops.values():
             left = loop.stop(flush_timeout_s=180)
             if left:
                 self.report.anomalies.append(f"{loop.name}: {left} records never answered")
-        acked = loops[0].acknowledged()
         deadline = time.monotonic() + 60
-        while not acked <= reader.seen and time.monotonic() < deadline:
-            time.sleep(0.2)
-        reader.stop()
+        for reader in readers:
+            acked = _acknowledged(loops, reader.topic)
+            while not acked <= reader.seen and time.monotonic() < deadline:
+                time.sleep(0.2)
+            reader.stop()
         exit_code = kiln.terminate(timeout_s=120)
         if exit_code != 0:
             self.report.anomalies.append(f"kiln exited {exit_code} on SIGTERM")
 
-    def _check(self, loops: list[NumberedLoop], reader: GroupReader,
+    def _check(self, loops: dict[str, NumberedLoop], readers: list[GroupReader],
                hardened: dict[str, list[HardenedRecord]]) -> None:
         anomalies = self.report.anomalies
-        for loop, name in zip(loops, ("assured", "reliable"), strict=True):
+        for name, topic in self.topics.items():
             records = hardened[name]
-            seqs = [r.seq for r in records]
-            with loop.deliveries.lock:
-                told = {loop.first + s: offset for s, offset in loop.deliveries.acked.items()}
-            twice = sorted(s for s, n in Counter(seqs).items() if n > 1)
-            # The group is a durable subscription of the assured topic: what it read and
-            # committed is delivered, and is dropped instead of hardened (and its producer
-            # answered on delivery).
-            delivered = reader.seen if name == "assured" else set()
-            missing = sorted(set(told) - set(seqs) - delivered)
-            if twice:
-                anomalies.append(f"{name}: {len(twice)} records hardened twice, e.g. {twice[:5]}")
-            if missing:
-                anomalies.append(f"{name}: {len(missing)} acknowledged records missing, "
-                                 f"e.g. {missing[:5]}")
-            if seqs != sorted(seqs):
-                anomalies.append(f"{name}: hardened out of send order")
-            backwards = [(a.kiln_offset, b.kiln_offset) for a, b in pairwise(records)
-                         if b.kiln_offset <= a.kiln_offset]
-            if backwards:
-                anomalies.append(f"{name}: Kiln offsets not increasing, e.g. {backwards[:3]}")
-            moved = {r.seq: (told[r.seq], r.kiln_offset) for r in records
-                     if r.seq in told and told[r.seq] != r.kiln_offset}
-            if moved:
-                anomalies.append(f"{name}: {len(moved)} records not at the offset their "
-                                 f"producer was told, e.g. {list(moved.items())[:3]}")
-            self.report.counts[f"{name}_sent"] = loop.sent
+            mine = {n: loop for n, loop in loops.items() if loop.topic == topic}
+            told: dict[int, int] = {}
+            for loop in mine.values():
+                with loop.deliveries.lock:
+                    told |= {loop.first + s: offset for s, offset in loop.deliveries.acked.items()}
+            groups = [r for r in readers if r.topic == topic]
+            # A record every group of the topic read and committed is delivered: it may
+            # leave without being hardened (and an assured producer is answered then).
+            delivered = set.intersection(*(r.seen for r in groups)) if groups else set()
+            if name == "held":
+                self._check_held(records, told, delivered)
+            else:
+                self._check_hardened(name, records, told, delivered, mine)
+            self.report.counts[f"{name}_sent"] = sum(loop.sent for loop in mine.values())
             self.report.counts[f"{name}_acknowledged"] = len(told)
             self.report.counts[f"{name}_hardened"] = len(records)
-        anomalies.extend(reader.anomalies)
-        unread = loops[0].acknowledged() - reader.seen
-        if unread:
-            anomalies.append(f"group: {len(unread)} acknowledged records never read, "
-                             f"e.g. {sorted(unread)[:5]}")
-        if reader.error is not None:
-            anomalies.append(f"group reader failed: {reader.error!r}")
-        self.report.counts["group_read"] = len(reader.seen)
-        self.report.counts["group_commit_failures"] = reader.commit_failures
+        for reader in readers:
+            anomalies.extend(reader.anomalies)
+            unread = _acknowledged(loops, reader.topic) - reader.seen
+            if unread:
+                anomalies.append(f"group {reader.group}: {len(unread)} acknowledged records "
+                                 f"never read, e.g. {sorted(unread)[:5]}")
+            if reader.error is not None:
+                anomalies.append(f"group {reader.group} failed: {reader.error!r}")
+            self.report.counts[f"{reader.group.rsplit('-', 1)[0]}_read"] = len(reader.seen)
+            self.report.counts["group_commit_failures"] = (
+                self.report.counts.get("group_commit_failures", 0) + reader.commit_failures)
+
+    def _check_hardened(self, name: str, records: list[HardenedRecord], told: dict[int, int],
+                        delivered: set[int], loops: dict[str, NumberedLoop]) -> None:
+        anomalies = self.report.anomalies
+        seqs = [r.seq for r in records]
+        twice = sorted(s for s, n in Counter(seqs).items() if n > 1)
+        missing = sorted(set(told) - set(seqs) - delivered)
+        if twice:
+            anomalies.append(f"{name}: {len(twice)} records hardened twice, e.g. {twice[:5]}")
+        if missing:
+            anomalies.append(f"{name}: {len(missing)} acknowledged records missing, "
+                             f"e.g. {missing[:5]}")
+        for loop in loops.values():
+            own = [s for s in seqs if loop.first <= s < loop.first + max(loop.sent, 1)]
+            if own != sorted(own):
+                anomalies.append(f"{name}: {loop.name}'s records hardened out of send order")
+        backwards = [(a.kiln_offset, b.kiln_offset) for a, b in pairwise(records)
+                     if b.kiln_offset <= a.kiln_offset]
+        if backwards:
+            anomalies.append(f"{name}: Kiln offsets not increasing, e.g. {backwards[:3]}")
+        moved = {r.seq: (told[r.seq], r.kiln_offset) for r in records
+                 if r.seq in told and told[r.seq] != r.kiln_offset}
+        if moved:
+            anomalies.append(f"{name}: {len(moved)} records not at the offset their "
+                             f"producer was told, e.g. {list(moved.items())[:3]}")
+
+    def _check_held(self, records: list[HardenedRecord], told: dict[int, int],
+                    delivered: set[int]) -> None:
+        if records:
+            self.report.anomalies.append(
+                f"held: {len(records)} reliable_nonpersistent records reached Kafka")
+        lost = sorted(set(told) - delivered)
+        if lost:
+            self.report.anomalies.append(
+                f"held: {len(lost)} acknowledged reliable_nonpersistent records never "
+                f"delivered, e.g. {lost[:5]}")
 
     def _note(self, event: str, **details: Any) -> None:
         self.history.append({"t": round(time.monotonic() - self._started, 3), "event": event,
@@ -318,6 +365,17 @@ class FaultChecker:
                                     "faults": dict(self.report.faults),
                                     "counts": self.report.counts}, indent=1))
         self.report.history_path = str(path)
+
+
+def _acknowledged(loops: dict[str, NumberedLoop], topic: str) -> set[int]:
+    """Every acknowledged record (by value) of the producers writing `topic`."""
+    return set().union(*(loop.acknowledged() for loop in loops.values() if loop.topic == topic))
+
+
+def _register_subscription(redis_url: str, topic: str, group: str) -> None:
+    """As an operator would, before anything is sent: `kiln subscriptions add`."""
+    subprocess.run([kiln_executable(), "subscriptions", "add", topic, group,
+                    "--redis-url", redis_url], check=True, capture_output=True, timeout=60)
 
 
 def run_checker(config: CheckerConfig, progress: Callable[[str], None] = lambda _: None

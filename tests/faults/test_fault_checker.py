@@ -22,3 +22,4 @@ def test_random_faults_lose_duplicate_and_reorder_nothing(rng: random.Random,
     assert sum(report.faults.values()) >= duration_s / 10
     assert report.counts["assured_acknowledged"] > 0
     assert report.counts["reliable_acknowledged"] > 0
+    assert report.counts["held_acknowledged"] > 0

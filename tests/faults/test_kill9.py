@@ -18,14 +18,16 @@ import subprocess
 import time
 from collections import Counter
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 import confluent_kafka
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from storage.model import Reliability
 from tests.faults.conftest import HARDEN_DELAY_MS
-from tests.faults.kiln_process import KilnProcess, kiln_executable
+from tests.faults.kiln_process import KilnProcess, fresh_kiln_process, kiln_executable
 from tests.faults.records import (
     Deliveries,
     HardenedRecord,
@@ -221,3 +223,55 @@ def test_kill9_while_a_backlog_is_hardened_duplicates_nothing(
     assert [r.seq for r in hardened] == list(range(sent))
     assert [r.kafka_offset for r in hardened] == list(range(sent))
     assert [r.kiln_offset for r in hardened] == list(range(dropped, dropped + sent))
+
+
+NONPERSISTENT = [level.name.lower() for level in Reliability if not level.persistent]
+
+
+def test_kill9_keeps_what_the_nonpersistent_levels_acknowledged_while_redis_is_up(
+        redis_url: str, kafka_bootstrap: str, unique_topic: str, tmp_path: Path) -> None:
+    # Given one producer per non-persistent level, on topics whose level it is, and a delay
+    # longer than the test (those levels are never hardened: Redis is all they have)
+    with fresh_kiln_process(redis_url, kafka_bootstrap, tmp_path / "kiln.log",
+                            600_000) as kiln:
+        kiln.start()
+        topics = {level: f"{unique_topic}-{level}" for level in NONPERSISTENT}
+        admin = AdminClient({"bootstrap.servers": kiln.bootstrap})
+        for future in admin.create_topics([
+                NewTopic(topic, 1, 1, config={"kiln.reliability": level})
+                for level, topic in topics.items()]).values():
+            future.result(30)
+        loops = {level: ProducerLoop({"bootstrap.servers": kiln.bootstrap,
+                                      **PRODUCER_MODES["acks-1-no-retries"]},
+                                     topic, rate=300, name=f"producer-{level}")
+                 for level, topic in topics.items()}
+        for loop in loops.values():
+            loop.start()
+        try:
+            assert all(loop.wait_for_acks(300, timeout_s=30) for loop in loops.values())
+            before = {level: len(loop.deliveries.acked) for level, loop in loops.items()}
+
+            # When Kiln is SIGKILLed and started again while they write
+            kiln.kill()
+            kiln.start()
+            time.sleep(2)
+            for loop in loops.values():
+                assert loop.stop(flush_timeout_s=60) == 0
+            read_back = {level: read_partition(kiln.bootstrap, topic, timeout_s=60)
+                         for level, topic in topics.items()}
+            in_kafka = {level: read_partition(kafka_bootstrap, topic, timeout_s=30)
+                        for level, topic in topics.items()}
+        finally:
+            for loop in loops.values():
+                loop.stop(flush_timeout_s=1)
+
+    # Then every record acknowledged before and after the kill is read back through Kiln,
+    # once, in send order, at the offset its producer was told; none is in Kafka
+    for level, loop in loops.items():
+        acked = loop.deliveries.acked
+        records = read_back[level]
+        assert len(acked) > before[level], level
+        assert [r.seq for r in records if r.seq in acked] == sorted(acked), level
+        assert len({r.seq for r in records}) == len(records), level
+        assert all(acked[r.seq] == r.kiln_offset for r in records if r.seq in acked), level
+        assert in_kafka[level] == [], level
