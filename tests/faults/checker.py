@@ -1,10 +1,11 @@
 """A randomized fault checker: producers and a consumer group work through Kiln while faults
 are injected at random, then the whole history is checked.
 
-Services are its own: Redis with `appendfsync always` (so that every acknowledged record of
-every level must survive a Redis restart), a tansu broker that Kiln reaches through a relay
-(cut to take Kafka away without losing its data), and `kiln serve` as a child process that
-clients reach through another relay (cut to drop every client connection at once).
+Services: its own Redis with `appendfsync always` (so that every acknowledged record of
+every level must survive a Redis restart); Apache Kafka, which Kiln reaches through a relay
+(cut to take Kafka away without losing its data): the test session's broker, or one of its
+own; and `kiln serve` as a child process that clients reach through another relay (cut to
+drop every client connection at once).
 
 Workload, on three topics:
 - `assured`: two idempotent `acks=all` producers (assured_persistent) on one partition,
@@ -51,10 +52,11 @@ from typing import Any
 import confluent_kafka
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from cli.local_kafka import LocalKafka
 from cli.local_services import LocalRedis, free_port
 from tests.faults.kiln_process import KilnProcess, kiln_executable
 from tests.faults.records import HardenedRecord, NumberedLoop, read_partition, seq_of
-from tests.tcp_relay import RelayedTansu, TcpRelay
+from tests.tcp_relay import TcpRelay
 
 # Each producer's record n is value_of(its first + n): records told apart by their values.
 FIRSTS = {"assured-a": 0, "assured-b": 5_000_000, "reliable": 10_000_000, "held": 20_000_000}
@@ -64,11 +66,22 @@ _RETRYING = {"message.timeout.ms": 300_000, "request.timeout.ms": 30_000,
              "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500, "linger.ms": 5}
 
 
+@dataclass(frozen=True)
+class RelayedBroker:
+    """A Kafka broker Kiln reaches through `relay` (given `relayed_bootstrap`), and that
+    the checker reads directly (`bootstrap`) in the end."""
+
+    bootstrap: str
+    relayed_bootstrap: str
+    relay: TcpRelay
+
+
 @dataclass
 class CheckerConfig:
     duration_s: float
     seed: int
     workdir: Path
+    broker: RelayedBroker | None = None  # None: an Apache Kafka of its own
     rate: int = 300  # records/s per producer
     mean_gap_s: float = 1.5  # between the end of a fault and the next
     harden_delay_ms: int = 300
@@ -166,9 +179,14 @@ class FaultChecker:
     def run(self, progress: Callable[[str], None] = lambda _: None) -> Report:
         cfg = self.config
         redis_server = LocalRedis(extra_args=["--appendonly", "yes", "--appendfsync", "always"])
-        kafka_port, broker_port = free_port(), free_port()
-        kafka_relay = TcpRelay(broker_port, kafka_port).start()
-        broker = RelayedTansu(broker_port, kafka_port)
+        own_kafka: LocalKafka | None = None
+        broker = cfg.broker
+        if broker is None:
+            own_kafka = LocalKafka(relays=1).start()
+            listen, told = own_kafka.relayed(0)
+            broker = RelayedBroker(own_kafka.bootstrap, f"127.0.0.1:{told}",
+                                   TcpRelay(listen, told).start())
+        kafka_relay = broker.relay
         kiln_port, client_port = free_port(), free_port()
         client_relay = TcpRelay(kiln_port, client_port).start()
         bootstrap = f"127.0.0.1:{client_port}"
@@ -177,8 +195,7 @@ class FaultChecker:
         readers: list[GroupReader] = []
         try:
             redis_server.start()
-            broker.start()
-            kiln = KilnProcess(kiln_port, redis_server.url, f"127.0.0.1:{kafka_port}",
+            kiln = KilnProcess(kiln_port, redis_server.url, broker.relayed_bootstrap,
                                cfg.harden_delay_ms, cfg.workdir / "kiln.log",
                                extra_args=["--advertise", bootstrap],
                                advertised_port=client_port)
@@ -216,7 +233,7 @@ class FaultChecker:
                 progress(f"{time.monotonic() - self._started:6.1f}s {kind:14} acked "
                          f"{[len(loop.deliveries.acked) for loop in loops.values()]}")
             self._settle(kiln, loops, readers)
-            hardened = {name: read_partition(f"127.0.0.1:{kafka_port}", topic, timeout_s=120)
+            hardened = {name: read_partition(broker.bootstrap, topic, timeout_s=120)
                         for name, topic in self.topics.items()}
             self._check(loops, readers, hardened)
         finally:
@@ -228,8 +245,9 @@ class FaultChecker:
             if kiln is not None:
                 kiln.stop()
             client_relay.stop()
-            kafka_relay.stop()
-            broker.stop()
+            if own_kafka is not None:
+                kafka_relay.stop()
+                own_kafka.stop()
             redis_server.stop()
         if self.report.anomalies:
             self._keep_history()

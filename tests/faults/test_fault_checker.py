@@ -8,14 +8,17 @@ import os
 import random
 from pathlib import Path
 
-from tests.faults.checker import CheckerConfig, run_checker
+from tests.conftest import KafkaRelay
+from tests.faults.checker import CheckerConfig, RelayedBroker, run_checker
 
 
-def test_random_faults_lose_duplicate_and_reorder_nothing(rng: random.Random,
-                                                          tmp_path: Path) -> None:
+def test_random_faults_lose_duplicate_and_reorder_nothing(
+        rng: random.Random, tmp_path: Path, kafka_bootstrap: str, kafka_relay: KafkaRelay
+        ) -> None:
     duration_s = float(os.environ.get("KILN_FAULT_CHECK_S", "60"))
+    broker = RelayedBroker(kafka_bootstrap, kafka_relay.bootstrap, kafka_relay.relay)
     report = run_checker(CheckerConfig(duration_s=duration_s, seed=rng.randrange(2**32),
-                                       workdir=tmp_path), progress=print)
+                                       workdir=tmp_path, broker=broker), progress=print)
     print(report.table())
 
     assert report.anomalies == []

@@ -31,9 +31,10 @@ from proxy.protocol.records import (
     decode_records,
 )
 from storage.errors import Fenced
-from storage.hardened_store import HardenedPartitionWriter, WriteResult
+from storage.hardened_store import Fence, HardenedPartitionWriter, WriteResult
 from storage.kafka.client import FetchResult, KafkaClient, ProduceResult
 from storage.model import Reliability, StoredBatch
+from tests.conftest import KafkaRelay
 from tests.lineage import split_lineage
 
 pytestmark = pytest.mark.integration
@@ -157,6 +158,46 @@ def test_written_batches_arrive_once_in_order_with_everything_intact(
     assert result.bytes > 0
 
 
+@pytest.mark.parametrize(("fence", "copies"), [(Fence.AT_LEADER, 1), (Fence.NONE, 2)])
+def test_requests_a_stalled_writer_held_land_nowhere_once_a_successor_fenced(
+        kafka_bootstrap: str, kafka_relay: KafkaRelay, unique_topic: str, fence: Fence,
+        copies: int) -> None:
+    # Given a writer in the middle of a write whose requests are held in hand (its
+    # connection to Kafka stalled, as a paused process holds them)
+    batches, records = three_batches()
+
+    async def body(client: KafkaClient) -> BaseException | None:
+        await new_topic(client, unique_topic)
+        stalled = KafkaClient(kafka_relay.bootstrap, client_id="kiln-stalled")
+        await stalled.start()
+        try:
+            first = HardenedPartitionWriter(stalled, unique_topic, 0)
+            await first.recover()
+            kafka_relay.relay.hold()
+            pending = asyncio.create_task(first.write(batches, skip_below=0))
+            await asyncio.sleep(0.5)
+            # When a successor takes the partition over and reads where hardening stopped,
+            # then the held requests land, then the successor writes
+            second = HardenedPartitionWriter(client, unique_topic, 0)
+            resume = await second.recover(fence)
+            kafka_relay.relay.release()
+            outcome = (await asyncio.gather(pending, return_exceptions=True))[0]
+            await second.write(batches, skip_below=resume or 0)
+        finally:
+            await stalled.close()
+        return outcome if isinstance(outcome, BaseException) else None
+
+    outcome = run(kafka_bootstrap, body)
+
+    # Then, fenced at the leader, the held requests are refused and every record is in
+    # Kafka once; without the fence (the epoch bumped at the coordinator only) they land
+    # and the successor writes the same records again
+    received = consume(kafka_bootstrap, unique_topic, copies * len(records))
+    contents = [(r.key, r.value, r.timestamp) for r in received]
+    assert contents == [(s.key, s.value, s.timestamp) for s in records] * copies
+    assert isinstance(outcome, Fenced) == (copies == 1)
+
+
 def test_recover_after_a_write_returns_the_next_kiln_offset(
     kafka_bootstrap: str, unique_topic: str
 ) -> None:
@@ -175,18 +216,20 @@ def test_recover_after_a_write_returns_the_next_kiln_offset(
     assert run(kafka_bootstrap, body) == 120
 
 
-def test_a_second_writer_fences_the_first(kafka_bootstrap: str, unique_topic: str) -> None:
+def test_a_second_writer_that_fences_refuses_the_first_at_the_partition_leader(
+        kafka_bootstrap: str, unique_topic: str) -> None:
     # Given a writer that has written the first batch
     batches, records = three_batches()
 
-    # When a second writer recovers the same partition
+    # When a second writer recovers the same partition with a fence (before it writes
+    # anything itself)
     async def body(client: KafkaClient) -> tuple[BaseException | None, int | None]:
         await new_topic(client, unique_topic)
         first = HardenedPartitionWriter(client, unique_topic, 0)
         await first.recover()
         await first.write(batches[:1], skip_below=0)
         second = HardenedPartitionWriter(client, unique_topic, 0)
-        resume = await second.recover()
+        resume = await second.recover(Fence.AT_LEADER)
         refused: BaseException | None = None
         try:
             await first.write(batches[1:], skip_below=0)
@@ -197,10 +240,16 @@ def test_a_second_writer_fences_the_first(kafka_bootstrap: str, unique_topic: st
 
     refused, resume = run(kafka_bootstrap, body)
 
-    # Then the first writer's next write is refused, and the second carries on alone
+    # Then the first writer's next write is refused, and the second carries on alone: the
+    # fence's abort marker takes Kafka offset 50, so the rest carry their Kiln offsets in
+    # headers
+    received = consume(kafka_bootstrap, unique_topic, len(records))
     assert isinstance(refused, Fenced)
     assert resume == 50
-    assert_exactly(consume(kafka_bootstrap, unique_topic, len(records)), records)
+    assert [r.offset for r in received] == [*range(50), *range(51, 121)]
+    assert [(*lineage(r.offset, list(r.headers)), r.timestamp, r.key, r.value)
+            for r in received] == [
+        (s.kiln_offset, s.headers, s.timestamp, s.key, s.value) for s in records]
 
 
 def test_skip_below_drops_the_records_below_it(kafka_bootstrap: str, unique_topic: str) -> None:

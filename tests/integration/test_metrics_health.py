@@ -15,9 +15,9 @@ from kafka import KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from cli.local_services import LocalRedis, free_port
+from cli.local_services import LocalRedis
+from tests.conftest import KafkaRelay
 from tests.kiln_harness import RunningKiln, start_kiln
-from tests.tcp_relay import RelayedTansu, TcpRelay
 
 ROUNDS, PER_ROUND = 10, 30
 
@@ -98,13 +98,12 @@ def test_healthz_and_readyz_answer_ok_while_redis_and_kafka_answer(
         200, {"status": "ready", "checks": {"redis": "ok", "kafka": "ok"}})
 
 
-def test_readyz_answers_503_naming_kafka_while_kafka_is_unreachable(redis_url: str) -> None:
+def test_readyz_answers_503_naming_kafka_while_kafka_is_unreachable(
+        redis_url: str, kafka_relay: KafkaRelay) -> None:
     # Given a Kiln reaching its broker through a relay that can be cut, ready
     redis.Redis.from_url(redis_url).flushdb()
-    relay_port, broker_port = free_port(), free_port()
-    relay = TcpRelay(broker_port, relay_port).start()
-    broker = RelayedTansu(broker_port, relay_port).start()
-    kiln = start_kiln(redis_url, f"127.0.0.1:{relay_port}")
+    relay = kafka_relay.relay
+    kiln = start_kiln(redis_url, kafka_relay.bootstrap)
     try:
         before = get(kiln, "/readyz")
 
@@ -119,8 +118,6 @@ def test_readyz_answers_503_naming_kafka_while_kafka_is_unreachable(redis_url: s
         after = get(kiln, "/readyz")
     finally:
         kiln.stop()
-        broker.stop()
-        relay.stop()
 
     # Then readiness is 503 with Kafka named only while it is away; health and metrics
     # answer throughout

@@ -22,7 +22,6 @@ from kafka.protocol.consumer import (
     ListOffsetsResponse,
 )
 
-from cli.local_services import free_port
 from proxy.protocol.errors import ErrorCode
 from proxy.protocol.records import KILN_OFFSET_HEADER, decode_records
 from proxy.server.tiered_reads import COLD_TIER_UNAVAILABLE
@@ -30,6 +29,7 @@ from storage.kafka.client import KafkaClient
 from storage.model import Reliability
 from storage.model import TopicPartition as KilnTopicPartition
 from tests.compat.clients import ProducerCase, Record, make_records, produce_kafka_python
+from tests.conftest import KafkaRelay
 from tests.integration.consumers import (
     BEGINNING,
     CONSUMERS,
@@ -40,7 +40,6 @@ from tests.integration.consumers import (
 )
 from tests.kiln_harness import RunningKiln, start_kiln
 from tests.raw_client import RawClient
-from tests.tcp_relay import RelayedTansu, TcpRelay
 
 ACKS_1 = ProducerCase("none", 1, idempotence=False)
 EARLIEST = -2
@@ -253,14 +252,12 @@ def test_a_topic_kiln_adopted_reads_records_from_before_kiln_at_their_kafka_offs
 
 @pytest.mark.parametrize("client", CONSUMERS)
 def test_while_kafka_is_unreachable_cold_reads_fail_retriably_and_resume_after(
-        redis_url: str, unique_topic: str, client: str) -> None:
+        redis_url: str, unique_topic: str, client: str, kafka_relay: KafkaRelay) -> None:
     # Given a topic whose partition 0 is hardened and partition 1 in Redis, with Kiln
     # reaching Kafka through a relay that can be cut
     redis.Redis.from_url(redis_url).flushdb()
-    relay_port, broker_port = free_port(), free_port()
-    relay = TcpRelay(broker_port, relay_port).start()
-    broker = RelayedTansu(broker_port, relay_port).start()
-    kiln = start_kiln(redis_url, f"127.0.0.1:{relay_port}", harden_delay_ms=600_000)
+    relay = kafka_relay.relay
+    kiln = start_kiln(redis_url, kafka_relay.bootstrap, harden_delay_ms=600_000)
     try:
         create_topic(kiln, unique_topic, 2)
         records = make_records(300)
@@ -282,8 +279,6 @@ def test_while_kafka_is_unreachable_cold_reads_fail_retriably_and_resume_after(
         consumed = reader.result(timeout=90)
     finally:
         kiln.stop()
-        broker.stop()
-        relay.stop()
 
     # Then the hardened partition answers a retriable error, the other one its records,
     # and the consumer, having waited without failing, reads everything once, in order

@@ -35,10 +35,13 @@ class MemoryTopics(TopicRegistry):
 
 class MemoryQueue(LogQueue):
     def __init__(self) -> None:  # no Redis
-        self.started: dict[TopicPartition, int] = {}
+        self.next_offsets: dict[TopicPartition, int] = {}
+
+    async def started(self, tp: TopicPartition) -> bool:
+        return tp in self.next_offsets
 
     async def initialize(self, tp: TopicPartition, next_offset: int) -> bool:
-        self.started[tp] = next_offset
+        self.next_offsets[tp] = next_offset
         return True
 
 
