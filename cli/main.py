@@ -10,14 +10,14 @@ from typing import Any
 
 import click
 
-from cli import logs
+from cli import dev_instance, logs
 from cli.admin import settings_from
 from cli.app import KilnApp, StartupError
 from cli.delay import delay
 from cli.flush import drain, flush
 from cli.inspect import inspect
 from cli.process_memory import return_large_buffers_to_the_system
-from cli.settings import Settings
+from cli.settings import Settings, dev_state_file
 from cli.status import status
 from cli.subscriptions import subscriptions
 from cli.topics import topics
@@ -86,30 +86,44 @@ def serve(config_file: Path | None, **flags: Any) -> None:
 
 @main.command()
 @serve_options
-def dev(config_file: Path | None, **flags: Any) -> None:
-    """Start a local Redis and a local Kafka-compatible broker, then Kiln in front of them.
+@click.option("--broker", type=click.Choice(["kafka", "tansu"]), default="kafka",
+              show_default=True,
+              help="the local broker: Apache Kafka (KRaft, from the jars scripts/setup.sh "
+                   "resolves; starts in about 5 s) or tansu (starts at once, memory only)")
+def dev(config_file: Path | None, broker: str, **flags: Any) -> None:
+    """Start a local Redis and a local broker, then Kiln in front of them.
 
-    Ctrl-C stops all three."""
-    from cli.local_services import LocalRedis, LocalTansu, ServiceError
+    While it runs, every other `kiln` command on this machine uses its Redis and broker
+    unless told otherwise. Ctrl-C hardens what is buffered and stops all three."""
+    from cli.local_kafka import LocalKafka
+    from cli.local_services import ChildService, LocalRedis, LocalTansu, ServiceError
 
     settings = settings_from(config_file, **flags)
     logs.configure(settings.log_level, settings.log_json)
-    redis, broker = LocalRedis(), LocalTansu()
+    redis = LocalRedis()
+    local: LocalKafka | LocalTansu = LocalKafka() if broker == "kafka" else LocalTansu()
+    services: list[ChildService] = [redis, local]
     try:
-        redis.start()
-        broker.start()
+        for service in services:
+            service.start()
     except ServiceError as exc:
-        redis.stop()
-        broker.stop()
+        for service in services:
+            service.stop()
         raise click.ClickException(f"cannot start local services: {exc}") from exc
-    click.echo(f"redis  {redis.url}\nkafka  {broker.bootstrap}\n"
+    state = dev_state_file()
+    shared = {"redis_url": redis.url, "kafka_bootstrap": local.bootstrap}
+    click.echo(f"redis  {redis.url}\nkafka  {local.bootstrap} ({broker})\n"
                f"kiln   {settings.listen}  (point your Kafka clients here; Ctrl-C stops all)")
+    if state is not None:
+        dev_instance.announce(state, shared)
+        click.echo(f"other kiln commands use this instance while it runs ({state})")
     try:
-        overrides = {**flags, "redis_url": redis.url, "kafka_bootstrap": broker.bootstrap}
-        _run(settings_from(config_file, **overrides))
+        _run(settings_from(config_file, **{**flags, **shared}))
     finally:
-        broker.stop()
-        redis.stop()
+        if state is not None:
+            dev_instance.withdraw(state)
+        for service in reversed(services):
+            service.stop()
 
 
 def _run(settings: Settings) -> None:

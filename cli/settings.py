@@ -1,7 +1,9 @@
-"""Settings: defaults < TOML file < KILN_* environment variables < command-line flags.
+"""Settings: defaults < a running `kiln dev` < TOML file < KILN_* environment variables <
+command-line flags.
 
 The only module that reads the environment. A wrong key, type or value is rejected at start
-with a message that names it.
+with a message that names it. While `kiln dev` runs, its Redis URL and Kafka bootstrap
+replace the defaults (cli/dev_instance.py), so other commands find it without flags.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from cli import dev_instance
 from proxy.server.limits import ListenerLimits
 from storage.redis_pool import SENTINEL_SCHEME, parse_sentinel_url
 
@@ -187,7 +190,9 @@ def _validate(settings: Settings) -> Settings:
 
 def load_settings(config_file: Path | None = None, overrides: Mapping[str, Any] | None = None,
                   environ: Mapping[str, str] | None = None) -> Settings:
-    values: dict[str, Any] = {}
+    env = os.environ if environ is None else environ
+    state = dev_state_file(env)
+    values: dict[str, Any] = dict(dev_instance.running(state)) if state else {}
     if config_file is not None:
         try:
             document = tomllib.loads(config_file.read_text())
@@ -201,7 +206,6 @@ def load_settings(config_file: Path | None = None, overrides: Mapping[str, Any] 
                 known = ", ".join(sorted(_TYPES))
                 raise SettingsError(f"unknown key {key!r} in {config_file} (known: {known})")
             values[key] = _coerce(key, raw, _TYPES[key], str(config_file))
-    env = os.environ if environ is None else environ
     for key, kind in _TYPES.items():
         name = f"KILN_{key.upper()}"
         if name in env:
@@ -210,3 +214,14 @@ def load_settings(config_file: Path | None = None, overrides: Mapping[str, Any] 
         if raw is not None:
             values[key] = _coerce(key, raw, _TYPES[key], f"--{key.replace('_', '-')}")
     return _validate(dataclasses.replace(Settings(), **values))
+
+
+def dev_state_file(environ: Mapping[str, str] | None = None) -> Path | None:
+    """Where a running `kiln dev` records what it started ($XDG_STATE_HOME, or
+    ~/.local/state); None when the environment names neither."""
+    env = os.environ if environ is None else environ
+    if env.get("XDG_STATE_HOME"):
+        return dev_instance.state_file(Path(env["XDG_STATE_HOME"]))
+    if env.get("HOME"):
+        return dev_instance.state_file(Path(env["HOME"]) / ".local" / "state")
+    return None

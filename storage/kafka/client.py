@@ -48,6 +48,7 @@ LATEST = -1
 _TRANSACTION_COORDINATOR = 1
 _COORDINATOR_ATTEMPTS = 5
 _COORDINATOR_BACKOFF_S = 0.1
+_LEADER_POLL_S = 0.05
 _READ_ATTEMPTS = 2
 _FENCED_CODES = frozenset({ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH})
 
@@ -281,7 +282,9 @@ class KafkaClient:
     async def create_topic(self, name: str, partitions: int, replication_factor: int = -1,
                            configs: dict[str, str] | None = None,
                            timeout_ms: int = 30_000) -> bool:
-        """Create a topic; False if it already exists (its settings are then not checked)."""
+        """Create a topic; False if it already exists (its settings are then not checked).
+        Returns once every partition has a leader (Kafka elects them a moment after it
+        answers), so a write right after it is not refused as NOT_LEADER_OR_FOLLOWER."""
         request = CreateTopicsRequest(
             topics=[CreateTopicsRequest.CreatableTopic(
                 name=name,
@@ -306,7 +309,22 @@ class KafkaClient:
             detail = f" ({result.error_message})" if result.error_message else ""
             raise error_for(result.error_code, f"create topic {name}{detail}")
         log.info("created topic %s with %d partition(s)", name, partitions)
+        await self._await_leaders(name, timeout_ms / 1000)
         return True
+
+    async def _await_leaders(self, topic: str, timeout_s: float) -> None:
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            info = (await self.metadata([topic])).topics.get(topic)
+            if info is not None and info.error_code == ErrorCode.NONE and info.partitions \
+                    and all(p.leader_id >= 0 and p.error_code == ErrorCode.NONE
+                            for p in info.partitions):
+                return
+            if asyncio.get_running_loop().time() >= deadline:
+                log.warning("topic %s: not every partition has a leader after %.0f s",
+                            topic, timeout_s)
+                return
+            await asyncio.sleep(_LEADER_POLL_S)
 
     # --- producer ids ------------------------------------------------------------------------
 

@@ -221,8 +221,13 @@ def test_kill9_while_a_backlog_is_hardened_duplicates_nothing(
     hardened = read_partition(kafka_bootstrap, unique_topic)
     assert_exactly_once_in_order(hardened, deliveries, sent, idempotent=False)
     assert [r.seq for r in hardened] == list(range(sent))
-    assert [r.kafka_offset for r in hardened] == list(range(sent))
     assert [r.kiln_offset for r in hardened] == list(range(dropped, dropped + sent))
+    # A Kiln taking over from one that was killed fences with an abort marker, which takes
+    # a Kafka offset: at most one gap per kill (3), records after it carry kiln.offset
+    kafka_offsets = [r.kafka_offset for r in hardened]
+    assert kafka_offsets[0] == 0
+    assert all(b > a for a, b in pairwise(kafka_offsets))
+    assert kafka_offsets[-1] - (sent - 1) <= 3
 
 
 NONPERSISTENT = [level.name.lower() for level in Reliability if not level.persistent]

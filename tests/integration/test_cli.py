@@ -42,11 +42,13 @@ def wait_listening(port: int, process: subprocess.Popen[str], timeout_s: float =
 
 
 @contextlib.contextmanager
-def kiln_process(*args: str, port: int) -> Iterator[subprocess.Popen[str]]:
+def kiln_process(*args: str, port: int, env: dict[str, str] | None = None
+                 ) -> Iterator[subprocess.Popen[str]]:
     """`kiln ARGS` listening on `port`; killed by PID if the test leaves it running."""
     # No metrics endpoint: its default port may be taken by another Kiln on this machine.
     process = subprocess.Popen([KILN, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, env={**os.environ, "KILN_HTTP_LISTEN": ""})
+                               text=True,
+                               env={**os.environ, "KILN_HTTP_LISTEN": "", **(env or {})})
     try:
         wait_listening(port, process)
         yield process
@@ -117,22 +119,34 @@ def test_sigterm_hardens_everything_buffered_before_exit(
     assert [r.value for r in records] == [b"r%d" % i for i in range(50)]
 
 
-@pytest.mark.timeout(120)
-def test_kiln_dev_runs_all_three_and_ctrl_c_stops_them(unique_topic: str) -> None:
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("broker", ["kafka", "tansu"])
+def test_kiln_dev_runs_all_three_other_commands_find_it_and_ctrl_c_stops_them(
+        unique_topic: str, tmp_path: Path, broker: str) -> None:
     port = free_port()
-    with kiln_process("dev", "--listen", f"127.0.0.1:{port}", port=port) as process:
+    home = {"HOME": str(tmp_path), "XDG_STATE_HOME": ""}
+    state = tmp_path / ".local" / "state" / "kiln" / "dev.json"
+    with kiln_process("dev", "--broker", broker, "--listen", f"127.0.0.1:{port}", port=port,
+                      env=home) as process:
         assert process.stdout is not None
         banner = [process.stdout.readline() for _ in range(3)]
         redis_port = int(banner[0].rsplit(":", 1)[1].split("/")[0])
-        kafka_port = int(banner[1].rsplit(":", 1)[1])
+        kafka_port = int(banner[1].split()[1].rsplit(":", 1)[1])
         producer = KafkaProducer(bootstrap_servers=f"127.0.0.1:{port}", acks=1)
         metadata = producer.send(unique_topic, value=b"hello", partition=0).get(timeout=10)
         producer.close()
+        # A second terminal: no flags
+        status = run_kiln("status", unique_topic, "--json", env=home)
+        recorded = state.exists()
 
         process.send_signal(signal.SIGINT)
         code = process.wait(timeout=60)
 
+    assert f"({broker})" in banner[1]
     assert metadata.offset == 0
+    assert status.returncode == 0, status.stderr
+    assert unique_topic in status.stdout
+    assert recorded and not state.exists()
     assert code == 0
     for service_port in (port, redis_port, kafka_port):
         with pytest.raises(OSError):

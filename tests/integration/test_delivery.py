@@ -9,7 +9,6 @@ the wire. tests/compat drives the same path with real consumer groups.
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import confluent_kafka
 import pytest
@@ -23,7 +22,7 @@ from storage.model import TopicPartition
 from tests.integration.test_groups import commit as commit_over_the_wire
 from tests.integration.test_groups import fetch_offsets, stable_single_member_group
 from tests.integration.test_produce_harden import kiln_offset, read_hardened
-from tests.kiln_harness import RunningKiln
+from tests.kiln_harness import RunningKiln, eventually
 from tests.raw_client import RawClient
 
 
@@ -199,15 +198,16 @@ def test_removing_a_subscription_lets_the_others_decide(
 
 def send_assured(kiln: RunningKiln, topic: str
                  ) -> tuple[confluent_kafka.Producer, list[tuple[object, int]]]:
-    """One record sent with acks=all, left waiting for a second; the producer and the list
+    """One record sent with acks=all, appended and left waiting; the producer and the list
     its delivery report goes to."""
+    appended_before = state(kiln, topic).next_offset
     producer = confluent_kafka.Producer({"bootstrap.servers": kiln.bootstrap,
                                          "acks": "all", "enable.idempotence": True})
     reports: list[tuple[object, int]] = []
     producer.produce(topic, value=b"assured", partition=0,
                      on_delivery=lambda err, msg: reports.append((err, msg.offset())))
     producer.poll(0)
-    time.sleep(1.0)
+    assert eventually(lambda: state(kiln, topic).next_offset > appended_before)
     producer.poll(0)
     return producer, reports
 
