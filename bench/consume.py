@@ -1,9 +1,10 @@
 """Consuming through Kiln versus consuming straight from the broker, and how much of the
 stream Kiln keeps out of Kafka because it was delivered first.
 
-Every measurement gets fresh local services (Redis, a tansu broker, and, for Kiln, a
-separate `python -m cli serve` process) and a fresh one-partition topic. Producers and
-consumers are confluent-kafka (librdkafka) with the same settings for Kiln and the broker.
+One broker per run (`--broker kafka|tansu`, see bench/brokers.py), warmed up first; every
+measurement gets a fresh one-partition topic on it and, for Kiln, a fresh Redis and a
+separate `python -m cli serve` process. Producers and consumers are confluent-kafka
+(librdkafka) with the same settings for Kiln and the broker.
 
 1. latency      end to end, produce() to the consumer receiving the record, at a paced
                 rate; p50/p99 through Kiln against the broker directly (a consumer in
@@ -20,8 +21,9 @@ consumers are confluent-kafka (librdkafka) with the same settings for Kiln and t
 Prints one JSON document on stdout and a table on stderr (`--json`: the JSON only). The
 clients, Kiln, Redis and the broker all share this machine's cores.
 
-    python -m bench.consume            # full run, a few minutes
-    python -m bench.consume --quick    # smaller counts, about a minute
+    python -m bench.consume                  # full run, Apache Kafka, a few minutes
+    python -m bench.consume --broker tansu   # the same against tansu
+    python -m bench.consume --quick          # smaller counts, about 1.5 minutes
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import redis
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 
+from bench.brokers import Broker, add_broker_option, start_broker
 from bench.produce import (
     Stack,
     create_topic,
@@ -121,15 +124,15 @@ def paced_end_to_end(bootstrap: str, topic: str, rate: float, seconds: float,
     return {"sent": sent, "received": len(latencies), **latency_stats(latencies)}
 
 
-def bench_latency(args: argparse.Namespace, workdir: Path, log: Callable[[str], None]
-                  ) -> dict[str, Any]:
+def bench_latency(args: argparse.Namespace, workdir: Path, broker: Broker,
+                  log: Callable[[str], None]) -> dict[str, Any]:
     """Two consumer settings: librdkafka's default long-poll (fetch.wait.max.ms=500) and a
     short one (10 ms), for brokers that answer a long-poll only when it expires."""
     out: dict[str, Any] = {"rate": args.latency_rate, "seconds": args.latency_seconds}
     for wait_ms in (500, 10):
         row: dict[str, Any] = {}
         for name, delay in (("kiln", LONG_DELAY_MS), ("direct", None)):
-            stack = Stack.start(workdir, kiln_delay_ms=delay)
+            stack = Stack.start(workdir, broker, kiln_delay_ms=delay)
             try:
                 topic = new_topic_name("latency")
                 create_topic(stack.endpoint, topic)
@@ -167,13 +170,13 @@ def read_all(bootstrap: str, topic: str, count: int) -> dict[str, Any]:
             "records_per_s": round(received / seconds), "out_of_order": out_of_order}
 
 
-def bench_throughput(args: argparse.Namespace, workdir: Path, log: Callable[[str], None]
-                     ) -> dict[str, Any]:
+def bench_throughput(args: argparse.Namespace, workdir: Path, broker: Broker,
+                     log: Callable[[str], None]) -> dict[str, Any]:
     count = args.records
     value = b"x" * VALUE_BYTES
     out: dict[str, Any] = {"records": count, "value_bytes": VALUE_BYTES}
     for name, delay in (("kiln_hot", LONG_DELAY_MS), ("direct", None), ("kiln_cold", 200)):
-        stack = Stack.start(workdir, kiln_delay_ms=delay)
+        stack = Stack.start(workdir, broker, kiln_delay_ms=delay)
         try:
             topic = new_topic_name("consume")
             create_topic(stack.endpoint, topic)
@@ -181,8 +184,7 @@ def bench_throughput(args: argparse.Namespace, workdir: Path, log: Callable[[str
             if produced["errors"]:
                 raise RuntimeError(f"producing failed: {produced['first_error']}")
             if name == "kiln_cold":
-                assert stack.broker is not None
-                wait_hardened(stack.broker.bootstrap, topic, count)
+                wait_hardened(broker.bootstrap, topic, count)
             out[name] = read_all(stack.endpoint, topic, count)
         finally:
             stack.close()
@@ -247,15 +249,16 @@ class GroupReader:
 
 
 def partition_meta(redis_url: str, topic: str) -> dict[str, int]:
+    """The partition's counters in the log queue (`inc`, a token, is left out)."""
     raw = redis.Redis.from_url(redis_url).hgetall(f"kiln:{{{topic}/0}}:meta")
-    return {k.decode(): int(v) for k, v in raw.items()}
+    return {k.decode(): int(v) for k, v in raw.items() if v.isdigit()}
 
 
-def avoidance_once(workdir: Path, scenario: str, rate: float, seconds: float
+def avoidance_once(workdir: Path, broker: Broker, scenario: str, rate: float, seconds: float
                    ) -> dict[str, Any]:
-    stack = Stack.start(workdir, kiln_delay_ms=AVOIDANCE_DELAY_MS)
+    stack = Stack.start(workdir, broker, kiln_delay_ms=AVOIDANCE_DELAY_MS)
     try:
-        assert stack.redis is not None and stack.broker is not None
+        assert stack.redis is not None
         topic = new_topic_name("avoid")
         create_topic(stack.endpoint, topic)
         lag_s = AVOIDANCE_DELAY_MS / 2000 if scenario == "lags_half_delay" else 0.0
@@ -276,7 +279,7 @@ def avoidance_once(workdir: Path, scenario: str, rate: float, seconds: float
         time.sleep(AVOIDANCE_DELAY_MS / 1000 + 1.5)  # every survivor is due and hardened
         wait_hardened_or_dropped(stack.redis.url, topic, total)
         meta = partition_meta(stack.redis.url, topic)
-        in_kafka = fetch_high_watermark(stack.broker.bootstrap, topic)
+        in_kafka = fetch_high_watermark(broker.bootstrap, topic)
     finally:
         stack.close()
     received = reader.offsets
@@ -301,12 +304,12 @@ def wait_hardened_or_dropped(redis_url: str, topic: str, total: int,
     raise RuntimeError(f"{topic}: log queue not empty {timeout_s}s after the delay")
 
 
-def bench_avoidance(args: argparse.Namespace, workdir: Path, log: Callable[[str], None]
-                    ) -> dict[str, Any]:
+def bench_avoidance(args: argparse.Namespace, workdir: Path, broker: Broker,
+                    log: Callable[[str], None]) -> dict[str, Any]:
     out: dict[str, Any] = {"delay_ms": AVOIDANCE_DELAY_MS, "rate": args.avoidance_rate,
                            "seconds": args.avoidance_seconds}
     for scenario in ("keeps_up", "lags_half_delay", "stopped"):
-        out[scenario] = avoidance_once(workdir, scenario, args.avoidance_rate,
+        out[scenario] = avoidance_once(workdir, broker, scenario, args.avoidance_rate,
                                        args.avoidance_seconds)
         row = out[scenario]
         log(f"avoidance {scenario}: {row['share_never_written']:.2%} never written, "
@@ -317,7 +320,7 @@ def bench_avoidance(args: argparse.Namespace, workdir: Path, log: Callable[[str]
 # --- report ---------------------------------------------------------------------------------
 
 def table(doc: dict[str, Any]) -> str:
-    lines = []
+    lines = [f"broker: {doc['broker']['description']}"]
     if "latency" in doc:
         lat = doc["latency"]
         lines.append(f"end-to-end latency at {lat['rate']} msg/s   p50 ms   p99 ms  received")
@@ -357,8 +360,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", choices=("latency", "throughput", "avoidance"),
                         action="append", help="run only these parts (repeatable)")
     parser.add_argument("--output", type=Path, help="also write the JSON document here")
+    add_broker_option(parser)
+    parser.add_argument("--records", type=int,
+                        help="records of the throughput part (default 1,000,000; --quick "
+                             "200,000)")
     args = parser.parse_args(argv)
-    args.records = 200_000 if args.quick else 1_000_000
+    if args.records is None:
+        args.records = 200_000 if args.quick else 1_000_000
     args.latency_rate, args.latency_seconds = 500.0, (5.0 if args.quick else 15.0)
     args.avoidance_rate, args.avoidance_seconds = 2000.0, (6.0 if args.quick else 20.0)
     return args
@@ -371,10 +379,13 @@ def main(argv: list[str] | None = None) -> int:
     parts = args.only or ["latency", "throughput", "avoidance"]
     runners = {"latency": bench_latency, "throughput": bench_throughput,
                "avoidance": bench_avoidance}
-    doc: dict[str, Any] = {"kiln": kiln_source(), "tools": tool_versions()}
-    with tempfile.TemporaryDirectory(prefix="kiln-bench-") as workdir:
+    log(f"starting the broker ({args.broker}) and warming it up")
+    with (tempfile.TemporaryDirectory(prefix="kiln-bench-") as workdir,
+          start_broker(args.broker) as broker):
+        doc: dict[str, Any] = {"kiln": kiln_source(), "tools": tool_versions(),
+                               "broker": broker.describe()}
         for part in parts:
-            doc[part] = runners[part](args, Path(workdir), log)
+            doc[part] = runners[part](args, Path(workdir), broker, log)
     publish(doc, args.output, args.json, table)
     return 0
 

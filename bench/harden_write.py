@@ -9,10 +9,12 @@ producer would), written through write() in chunks, against a broker, twice:
   `kiln.offset` header (what a partition gets once delivered records were dropped);
 
 then the same records sent with aiokafka's create_batch()/send_batch() (acks=all, not
-idempotent: aiokafka cannot get a producer id from tansu) as a yardstick. Prints JSON, then
-a table.
+idempotent: aiokafka cannot get a producer id from tansu) as a yardstick. Every measurement
+writes to a fresh topic on one broker per run (`--broker kafka|tansu`, see bench/brokers.py,
+or a running one with `--bootstrap`). Prints JSON, then a table.
 
-    python -m bench.harden_write                       # a fresh local tansu per codec
+    python -m bench.harden_write                       # Apache Kafka, every codec
+    python -m bench.harden_write --broker tansu
     python -m bench.harden_write --bootstrap HOST:PORT --records 2000000
 """
 
@@ -33,7 +35,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.record._crecords import DefaultRecordBatchBuilder
 
-from cli.local_services import LocalTansu
+from bench.brokers import add_broker_option, start_broker
 from proxy.protocol.records import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD
 from storage.hardened_store import HardenedPartitionWriter
 from storage.kafka.client import KafkaClient
@@ -54,6 +56,7 @@ class KilnRun:
 
 @dataclass(frozen=True, slots=True)
 class Result:
+    broker: str
     codec: str
     records: int
     forwarded: KilnRun
@@ -150,25 +153,26 @@ async def run_aiokafka(bootstrap: str, vals: list[bytes], per_batch: int, codec:
 
 
 @contextmanager
-def broker(bootstrap: str | None) -> Iterator[str]:
-    if bootstrap:
-        yield bootstrap
+def broker(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
+    """(bootstrap, description) of `--bootstrap`, or of a local broker of `--broker`."""
+    if args.bootstrap:
+        yield args.bootstrap, args.bootstrap
         return
-    with LocalTansu() as tansu:
-        yield tansu.bootstrap
+    with start_broker(args.broker) as local:
+        yield local.bootstrap, local.description
 
 
-def measure(codec: str, args: argparse.Namespace, vals: list[bytes]) -> Result:
-    with broker(args.bootstrap) as bootstrap:
-        forwarded = asyncio.run(run_kiln(
-            bootstrap, client_batches(vals, args.batch_records, CODECS[codec]),
-            args.batches_per_write))
-        headers = asyncio.run(run_kiln(
-            bootstrap, client_batches(vals, args.batch_records, CODECS[codec], 10**9),
-            args.batches_per_write))
-        aio_s = asyncio.run(run_aiokafka(bootstrap, vals, args.batch_records, codec))
+def measure(codec: str, args: argparse.Namespace, vals: list[bytes], bootstrap: str,
+            description: str) -> Result:
+    forwarded = asyncio.run(run_kiln(
+        bootstrap, client_batches(vals, args.batch_records, CODECS[codec]),
+        args.batches_per_write))
+    headers = asyncio.run(run_kiln(
+        bootstrap, client_batches(vals, args.batch_records, CODECS[codec], 10**9),
+        args.batches_per_write))
+    aio_s = asyncio.run(run_aiokafka(bootstrap, vals, args.batch_records, codec))
     n = len(vals)
-    return Result(codec, n, forwarded, headers, round(aio_s, 3), round(n / aio_s),
+    return Result(description, codec, n, forwarded, headers, round(aio_s, 3), round(n / aio_s),
                   round(forwarded.records_per_s * aio_s / n, 2),
                   round(headers.records_per_s * aio_s / n, 2),
                   round(forwarded.records_per_s / headers.records_per_s, 2))
@@ -176,7 +180,8 @@ def measure(codec: str, args: argparse.Namespace, vals: list[bytes]) -> Result:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--bootstrap", help="a running broker; default: a local tansu per codec")
+    add_broker_option(parser)
+    parser.add_argument("--bootstrap", help="a running broker instead of a local one")
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--batch-records", type=int, default=1000)
@@ -185,9 +190,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--codecs", default=",".join(CODECS))
     args = parser.parse_args(argv)
     vals = values(args.records, args.value_bytes)
-    results = [measure(codec.strip(), args, vals) for codec in args.codecs.split(",")]
+    with broker(args) as (bootstrap, description):
+        results = [measure(codec.strip(), args, vals, bootstrap, description)
+                   for codec in args.codecs.split(",")]
     print(json.dumps([asdict(r) for r in results], indent=2))
-    print(f"\n{'codec':8} {'forwarded rec/s':>16} {'µs CPU/rec':>11} {'headers rec/s':>14}"
+    print(f"\nbroker: {results[0].broker if results else '-'}", file=sys.stderr)
+    print(f"{'codec':8} {'forwarded rec/s':>16} {'µs CPU/rec':>11} {'headers rec/s':>14}"
           f" {'µs CPU/rec':>11} {'aiokafka rec/s':>15} {'fwd/headers':>12}"
           f" {'fwd/aiokafka':>13}", file=sys.stderr)
     for r in results:

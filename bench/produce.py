@@ -1,9 +1,10 @@
 """Producing through Kiln versus producing straight to the broker, side by side, in one run.
 
-Every measurement gets fresh local services (Redis, a tansu broker, and, for Kiln, a
-separate `python -m cli serve` process) and a fresh topic with one partition, created
-beforehand through the endpoint under test. The producer is confluent-kafka (librdkafka),
-with identical settings for Kiln and for the broker.
+One broker per run (`--broker kafka|tansu`, see bench/brokers.py), warmed up before the
+first measurement; every measurement gets a fresh topic with one partition on it, created
+beforehand through the endpoint under test, and, for Kiln, a fresh Redis and a separate
+`python -m cli serve` process. The producer is confluent-kafka (librdkafka), with identical
+settings for Kiln and for the broker.
 
 1. ingest     N records of 100 B and of 1 KB, acks=1, as fast as one producer goes. Kiln
               and direct runs alternate (Kiln, direct, Kiln, direct, ...), `--repeats` runs
@@ -14,8 +15,10 @@ with identical settings for Kiln and for the broker.
               buffer full and nothing due, then Kiln is SIGKILLed (its Redis is thrown away;
               `--drain` sends SIGTERM instead and measures how long hardening everything takes).
 2. latency    produce latency of every message (librdkafka's `msg.latency()`: produce() to
-              delivery report) at a fixed paced rate, for Kiln acks=1, direct acks=1 and
-              direct acks=all; p50/p99/p99.9/max over the pooled runs. Two scenarios:
+              delivery report) at a fixed paced rate, for Kiln acks=1, direct acks=1,
+              direct acks=all, and (with Apache Kafka, unless `--no-cluster`) acks=all
+              straight to a 3-node Kafka cluster that replicates the topic three ways
+              (min.insync.replicas 2); p50/p99/p99.9/max over the pooled runs. Two scenarios:
               "batched" at half the median Kiln 100 B ingest rate with linger.ms=5, and
               "single" at 200 msg/s with linger.ms=0 (every message its own request).
 3. end_to_end M records of 100 B through Kiln, as fast as the producer goes; time from the
@@ -28,8 +31,9 @@ with identical settings for Kiln and for the broker.
 Prints one JSON document on stdout and a human-readable table on stderr (`--json`: the JSON
 document only). The producer, Kiln, Redis and the broker all share this machine's cores.
 
-    python -m bench.produce            # full run, about two minutes
-    python -m bench.produce --quick    # smaller counts, one run each, about 30 s
+    python -m bench.produce                  # full run, Apache Kafka, about 3-4 minutes
+    python -m bench.produce --broker tansu   # the same against tansu, about 2 minutes
+    python -m bench.produce --quick          # smaller counts, one run each, about 1.5 minutes
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,7 +67,14 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
-from cli.local_services import LocalRedis, LocalTansu, free_port, tansu_binary
+from bench.brokers import (
+    Broker,
+    add_broker_option,
+    start_broker,
+    start_kafka_cluster,
+)
+from cli.local_kafka import KAFKA_VERSION, java_binary
+from cli.local_services import LocalRedis, free_port, tansu_binary
 
 REPO = Path(__file__).resolve().parent.parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -98,10 +109,12 @@ class BenchError(RuntimeError):
 
 # --- processes ------------------------------------------------------------------------------
 
-def proc_cpu_s(pid: int | None) -> float:
-    """user + system CPU seconds of a process (0 when gone)."""
+def proc_cpu_s(pid: int | Sequence[int | None] | None) -> float:
+    """user + system CPU seconds of a process, or of several together (0 when gone)."""
     if pid is None:
         return 0.0
+    if not isinstance(pid, int):
+        return sum(proc_cpu_s(one) for one in pid)
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
@@ -134,10 +147,11 @@ def machine_cpu_s() -> tuple[float, float]:
 
 
 class CpuWindow:
-    """CPU used during a window by named processes, by this process (the producer, with
-    librdkafka's threads), and by everything else on the machine (other work competing)."""
+    """CPU used during a window by named processes (or groups of them: a cluster's nodes), by
+    this process (the producer, with librdkafka's threads), and by everything else on the
+    machine (other work competing)."""
 
-    def __init__(self, **pids: int | None) -> None:
+    def __init__(self, **pids: int | Sequence[int | None] | None) -> None:
         self._pids = pids
         self._start = self._snapshot()
 
@@ -243,21 +257,23 @@ class KilnProcess:
 
 @dataclass
 class Stack:
-    """Fresh Redis + broker (+ Kiln) for one measurement; `close()` stops them by PID."""
+    """One measurement's endpoint: a broker, with a fresh Redis and Kiln in front of it when
+    `kiln_delay_ms` is given. `close()` stops by PID what the stack started: Kiln and Redis,
+    and the broker only when none was passed in (a bench's broker outlives its stacks)."""
 
     workdir: Path
+    broker: Broker
+    owns_broker: bool = False
     redis: LocalRedis | None = None
-    broker: LocalTansu | None = None
     kiln: KilnProcess | None = None
     kiln_exit: tuple[int | None, float] | None = None
     kiln_problems: list[str] = field(default_factory=list)
 
     @classmethod
-    def start(cls, workdir: Path, *, kiln_delay_ms: int | None,
+    def start(cls, workdir: Path, broker: Broker | None = None, *, kiln_delay_ms: int | None,
               kiln_delay_policy: str = "fixed") -> Stack:
-        stack = cls(workdir)
+        stack = cls(workdir, broker or start_broker(), owns_broker=broker is None)
         try:
-            stack.broker = LocalTansu().start()
             if kiln_delay_ms is not None:
                 stack.redis = LocalRedis().start()
                 stack.kiln = KilnProcess(stack.redis.url, stack.broker.bootstrap, kiln_delay_ms,
@@ -269,10 +285,7 @@ class Stack:
 
     @property
     def endpoint(self) -> str:
-        if self.kiln is not None:
-            return self.kiln.bootstrap
-        assert self.broker is not None
-        return self.broker.bootstrap
+        return self.kiln.bootstrap if self.kiln is not None else self.broker.bootstrap
 
     def stop_kiln(self, *, kill: bool = False, timeout_s: float = 10.0
                   ) -> tuple[int | None, float]:
@@ -285,16 +298,18 @@ class Stack:
         try:
             self.stop_kiln(timeout_s=5.0)
         finally:
-            for service in (self.broker, self.redis):
-                if service is not None:
-                    service.stop()
+            if self.redis is not None:
+                self.redis.stop()
+            if self.owns_broker:
+                self.broker.stop()
 
 
 # --- Kafka helpers --------------------------------------------------------------------------
 
-def create_topic(bootstrap: str, topic: str) -> None:
+def create_topic(bootstrap: str, topic: str, replication_factor: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
-    for future in admin.create_topics([NewTopic(topic, 1, 1)], operation_timeout=10).values():
+    new = NewTopic(topic, 1, replication_factor)
+    for future in admin.create_topics([new], operation_timeout=10).values():
         future.result(timeout=15)
 
 
@@ -454,18 +469,17 @@ def redis_memory(url: str) -> dict[str, int]:
 
 
 def ingest_once(target: str, count: int, size: int, args: argparse.Namespace, workdir: Path,
-                check_watermarks: bool = False) -> dict[str, Any]:
+                broker: Broker, check_watermarks: bool = False) -> dict[str, Any]:
     value = bytes(size)
     via_kiln = target == "kiln"
-    stack = Stack.start(workdir, kiln_delay_ms=args.ingest_delay_ms if via_kiln else None)
+    stack = Stack.start(workdir, broker,
+                        kiln_delay_ms=args.ingest_delay_ms if via_kiln else None)
     try:
         topic = new_topic_name(target)
         create_topic(stack.endpoint, topic)
-        server_pid = stack.kiln.pid if stack.kiln else stack.broker.pid  # type: ignore[union-attr]
-        broker_pid = stack.broker.pid  # type: ignore[union-attr]
         redis_pid = stack.redis.pid if stack.redis else None
-        window = (CpuWindow(kiln=server_pid, broker=broker_pid, redis=redis_pid) if via_kiln
-                  else CpuWindow(broker=broker_pid))
+        window = (CpuWindow(kiln=stack.kiln.pid, broker=broker.pids, redis=redis_pid)
+                  if stack.kiln else CpuWindow(broker=broker.pids))
         result = produce_n(stack.endpoint, topic, count, value, "1")
         cpu = window.stop()
         seconds = result["seconds"]
@@ -494,8 +508,7 @@ def ingest_once(target: str, count: int, size: int, args: argparse.Namespace, wo
             if args.drain:
                 # SIGTERM: Kiln hardens everything buffered (ignoring the delay), then exits.
                 code, drain_s = stack.stop_kiln(timeout_s=args.drain_timeout)
-                hardened = fetch_high_watermark(stack.broker.bootstrap,  # type: ignore[union-attr]
-                                                topic)
+                hardened = fetch_high_watermark(broker.bootstrap, topic)
                 run["drain"] = {"exit_code": code, "seconds": round(drain_s, 2),
                                 "hardened": hardened, "complete": hardened == count}
             else:
@@ -506,15 +519,14 @@ def ingest_once(target: str, count: int, size: int, args: argparse.Namespace, wo
             run["kiln_log_problems"] = stack.kiln_problems[:10]
             run["ok"] = result["errors"] == 0 and (not args.drain or run["drain"]["complete"])
         else:
-            assert stack.broker is not None
-            high = fetch_high_watermark(stack.broker.bootstrap, topic)
+            high = fetch_high_watermark(broker.bootstrap, topic)
             run["broker_high_watermark"] = high
             run["ok"] = result["errors"] == 0 and high == count
             if check_watermarks:
                 run["watermark_check"] = {
                     "expected": count, "fetch_high_watermark": high,
                     "confluent_get_watermark_offsets_uncached": confluent_watermark(
-                        stack.broker.bootstrap, topic),
+                        broker.bootstrap, topic),
                 }
         return run
     finally:
@@ -526,15 +538,15 @@ def summarize(runs: list[dict[str, Any]], key: str) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def bench_ingest(args: argparse.Namespace, workdir: Path, log: Callable[[str], None]
-                 ) -> list[dict[str, Any]]:
+def bench_ingest(args: argparse.Namespace, workdir: Path, broker: Broker,
+                 log: Callable[[str], None]) -> list[dict[str, Any]]:
     out = []
     first = True
     for size, count in ((100, args.records), (1024, args.records_1k)):
         runs: dict[str, list[dict[str, Any]]] = {"kiln": [], "direct": []}
         for repeat in range(args.repeats):
             for target in ("kiln", "direct"):
-                run = ingest_once(target, count, size, args, workdir,
+                run = ingest_once(target, count, size, args, workdir, broker,
                                   check_watermarks=first and target == "direct")
                 if target == "direct":
                     first = False
@@ -556,24 +568,30 @@ def bench_ingest(args: argparse.Namespace, workdir: Path, log: Callable[[str], N
     return out
 
 
-LATENCY_CONFIGS = (("kiln_acks1", True, "1"), ("direct_acks1", False, "1"),
-                   ("direct_acksall", False, "all"))
+@dataclass(frozen=True, slots=True)
+class LatencyConfig:
+    name: str
+    via_kiln: bool
+    broker: Broker
+    acks: str
 
 
-def latency_once(args: argparse.Namespace, workdir: Path, name: str, via_kiln: bool, acks: str,
-                 rate: float, linger_ms: int, seconds: float
+def latency_once(args: argparse.Namespace, workdir: Path, config: LatencyConfig,
+                 running: dict[str, Broker], rate: float, linger_ms: int, seconds: float
                  ) -> tuple[dict[str, Any], list[float]]:
-    stack = Stack.start(workdir, kiln_delay_ms=args.ingest_delay_ms if via_kiln else None)
+    """One paced run; `running`: every broker the bench has running (named as in the CPU
+    figures), idle ones too, whose CPU is counted."""
+    broker = config.broker
+    stack = Stack.start(workdir, broker,
+                        kiln_delay_ms=args.ingest_delay_ms if config.via_kiln else None)
     try:
-        topic = new_topic_name(name.replace("_", "-"))
-        create_topic(stack.endpoint, topic)
-        assert stack.broker is not None
-        server_pid = stack.kiln.pid if stack.kiln else stack.broker.pid
-        redis_pid = stack.redis.pid if stack.redis else None
-        window = (CpuWindow(kiln=server_pid, broker=stack.broker.pid, redis=redis_pid)
-                  if stack.kiln else CpuWindow(broker=server_pid))
-        result, samples = paced_latency(stack.endpoint, topic, acks, rate, seconds, bytes(100),
-                                        linger_ms)
+        topic = new_topic_name(config.name.replace("_", "-"))
+        create_topic(stack.endpoint, topic, broker.replication_factor)
+        window = CpuWindow(kiln=stack.kiln.pid if stack.kiln else None,
+                           redis=stack.redis.pid if stack.redis else None,
+                           **{role: b.pids for role, b in running.items()})
+        result, samples = paced_latency(stack.endpoint, topic, config.acks, rate, seconds,
+                                        bytes(100), linger_ms)
         result.update(window.stop())
         if stack.kiln is not None:
             stack.stop_kiln(kill=True)
@@ -583,45 +601,43 @@ def latency_once(args: argparse.Namespace, workdir: Path, name: str, via_kiln: b
         stack.close()
 
 
-def bench_latency(args: argparse.Namespace, workdir: Path, rate: float, linger_ms: int,
-                  seconds: float, log: Callable[[str], None]) -> list[dict[str, Any]]:
+def bench_latency(args: argparse.Namespace, workdir: Path, configs: list[LatencyConfig],
+                  running: dict[str, Broker], rate: float, linger_ms: int, seconds: float,
+                  log: Callable[[str], None]) -> list[dict[str, Any]]:
     """Each configuration `--latency-repeats` times, alternating; percentiles over the pooled
     samples of its runs, and each run's own figures."""
-    pooled: dict[str, list[float]] = {name: [] for name, _, _ in LATENCY_CONFIGS}
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in LATENCY_CONFIGS}
+    pooled: dict[str, list[float]] = {config.name: [] for config in configs}
+    runs: dict[str, list[dict[str, Any]]] = {config.name: [] for config in configs}
     for repeat in range(args.latency_repeats):
-        for name, via_kiln, acks in LATENCY_CONFIGS:
-            result, samples = latency_once(args, workdir, name, via_kiln, acks, rate, linger_ms,
+        for config in configs:
+            result, samples = latency_once(args, workdir, config, running, rate, linger_ms,
                                            seconds)
-            pooled[name] += samples
-            runs[name].append(result)
-            log(f"latency {name:15} #{repeat + 1} @{result['achieved_rate']:>8,}/s linger "
-                f"{linger_ms}: p50 {result['p50_ms']} p99 {result['p99_ms']} "
+            pooled[config.name] += samples
+            runs[config.name].append(result)
+            log(f"latency {config.name:15} #{repeat + 1} @{result['achieved_rate']:>8,}/s "
+                f"linger {linger_ms}: p50 {result['p50_ms']} p99 {result['p99_ms']} "
                 f"p99.9 {result['p999_ms']} ms")
-    out = []
-    for name, _, acks in LATENCY_CONFIGS:
-        out.append({"name": name, "acks": acks,
-                    "achieved_rate": round(statistics.fmean(r["achieved_rate"]
-                                                            for r in runs[name])),
-                    "errors": sum(r["errors"] for r in runs[name]),
-                    **latency_stats(pooled[name]), "runs": runs[name]})
-    return out
+    return [{"name": config.name, "acks": config.acks, "broker": config.broker.description,
+             "achieved_rate": round(statistics.fmean(r["achieved_rate"]
+                                                     for r in runs[config.name])),
+             "errors": sum(r["errors"] for r in runs[config.name]),
+             **latency_stats(pooled[config.name]), "runs": runs[config.name]}
+            for config in configs]
 
 
-def bench_end_to_end(args: argparse.Namespace, workdir: Path, log: Callable[[str], None],
-                     delay_policy: str) -> dict[str, Any]:
+def bench_end_to_end(args: argparse.Namespace, workdir: Path, broker: Broker,
+                     log: Callable[[str], None], delay_policy: str) -> dict[str, Any]:
     """Produce `count` records through Kiln (short delay) as fast as possible; a second
     thread reads the broker's high watermark every 100 ms until all of them are there."""
     count = args.e2e_records
-    stack = Stack.start(workdir, kiln_delay_ms=args.e2e_delay_ms,
+    stack = Stack.start(workdir, broker, kiln_delay_ms=args.e2e_delay_ms,
                         kiln_delay_policy=delay_policy)
     try:
-        assert stack.kiln is not None and stack.broker is not None and stack.redis is not None
-        kiln, broker_bootstrap = stack.kiln, stack.broker.bootstrap
+        assert stack.kiln is not None and stack.redis is not None
+        kiln, broker_bootstrap = stack.kiln, broker.bootstrap
         topic = new_topic_name("e2e")
         create_topic(stack.endpoint, topic)
-        kiln_pid, redis_pid, broker_pid = kiln.pid, stack.redis.pid, stack.broker.pid
-        window = CpuWindow(kiln=kiln_pid, redis=redis_pid, broker=broker_pid)
+        window = CpuWindow(kiln=kiln.pid, redis=stack.redis.pid, broker=broker.pids)
         timeline: list[tuple[float, int]] = []
         finished = threading.Event()
         started = time.perf_counter()
@@ -695,6 +711,11 @@ def tool_versions() -> dict[str, str]:
         line = subprocess.run([str(tansu_binary()), "--version"], capture_output=True,
                               text=True, timeout=10).stdout
         versions["tansu"] = line.split()[-1] if line.strip() else "?"
+    versions["kafka"] = KAFKA_VERSION
+    with contextlib.suppress(OSError, subprocess.SubprocessError, RuntimeError):
+        line = subprocess.run([java_binary(), "-version"], capture_output=True, text=True,
+                              timeout=10).stderr
+        versions["java"] = line.split('"')[1] if '"' in line else line.strip()
     return versions
 
 
@@ -742,6 +763,9 @@ def table(doc: dict[str, Any]) -> str:
         t = block["target"]
         lines.append(f"  Kiln acks=1 p99 {t['kiln_acks1_p99_ms']} ms vs direct acks=all p99 "
                      f"{t['direct_acksall_p99_ms']} ms (ratio {t['ratio']})")
+        if t.get("cluster_acksall_p99_ms") is not None:
+            lines.append(f"  Kiln acks=1 p99 vs 3-node cluster acks=all p99 "
+                         f"{t['cluster_acksall_p99_ms']} ms (ratio {t['ratio_to_cluster']})")
     lines.append("")
     for e in (doc["end_to_end"], doc["end_to_end_adaptive"]):
         delay = (f"fixed delay {e['harden_delay_ms']} ms" if e["delay_policy"] == "fixed"
@@ -772,6 +796,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small counts, one repeat")
     parser.add_argument("--json", action="store_true", help="print only the JSON document")
     parser.add_argument("--output", type=Path, help="also write the JSON document here")
+    add_broker_option(parser)
+    parser.add_argument("--no-cluster", action="store_true",
+                        help="leave out the latency runs against a 3-node Apache Kafka cluster "
+                             "(always left out with --broker tansu)")
     parser.add_argument("--records", type=int, help="100-byte records per ingest run")
     parser.add_argument("--records-1k", type=int, help="1 KB records per ingest run")
     parser.add_argument("--repeats", type=int, help="runs per ingest measurement")
@@ -820,6 +848,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run(args: argparse.Namespace, workdir: Path, log: Callable[[str], None]) -> dict[str, Any]:
     started = time.time()
+    log(f"starting the broker ({args.broker}) and warming it up")
+    with start_broker(args.broker) as broker:
+        doc = measure_all(args, workdir, broker, log)
+    doc["wall_seconds"] = round(time.time() - started, 1)
+    return doc
+
+
+def measure_all(args: argparse.Namespace, workdir: Path, broker: Broker,
+                log: Callable[[str], None]) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "benchmark": "bench.produce",
         "date": datetime.date.today().isoformat(),
@@ -828,8 +865,9 @@ def run(args: argparse.Namespace, workdir: Path, log: Callable[[str], None]) -> 
         "machine": {
             "cpus": os.cpu_count(),
             "note": f"{os.cpu_count()} cores shared by the producer, Kiln, Redis and the broker "
-                    "(tansu, memory storage); all on loopback",
+                    f"({broker.description}); all on loopback",
         },
+        "broker": broker.describe(),
         "versions": tool_versions(),
         "settings": {
             "ingest_producer": {k: v for k, v in INGEST_PRODUCER.items() if k != "log_level"},
@@ -839,30 +877,13 @@ def run(args: argparse.Namespace, workdir: Path, log: Callable[[str], None]) -> 
             "mb": "10^6 bytes of record values",
         },
     }
-    doc["ingest"] = bench_ingest(args, workdir, log)
+    doc["ingest"] = bench_ingest(args, workdir, broker, log)
     kiln_peak = doc["ingest"][0]["kiln"]["records_per_s"]["median"]
-    scenarios = [("batched", args.latency_rate or kiln_peak / 2, args.latency_linger_ms,
-                  args.latency_seconds)]
-    if args.single_rate:
-        scenarios.append(("single", args.single_rate, 0, args.single_seconds))
-    doc["latency"] = []
-    for scenario, rate, linger_ms, seconds in scenarios:
-        runs = bench_latency(args, workdir, rate, linger_ms, seconds, log)
-        by_name = {r["name"]: r for r in runs}
-        kiln_p99 = by_name["kiln_acks1"]["p99_ms"]
-        all_p99 = by_name["direct_acksall"]["p99_ms"]
-        doc["latency"].append({
-            "scenario": scenario, "target_rate": round(rate), "linger_ms": linger_ms,
-            "seconds_per_run": seconds, "repeats": args.latency_repeats, "value_bytes": 100,
-            "runs": runs,
-            "target": {"kiln_acks1_p99_ms": kiln_p99, "direct_acksall_p99_ms": all_p99,
-                       "ratio": round(kiln_p99 / all_p99, 2) if all_p99 else None,
-                       "kiln_at_or_below_direct_acksall": kiln_p99 <= all_p99},
-        })
+    doc["latency"] = latency_scenarios(args, workdir, broker, kiln_peak, log)
     direct_100 = doc["ingest"][0]["direct"]["records_per_s"]["median"]
     e2e_runs = []
     for key, policy in (("end_to_end", "fixed"), ("end_to_end_adaptive", "adaptive")):
-        e2e = bench_end_to_end(args, workdir, log, policy)
+        e2e = bench_end_to_end(args, workdir, broker, log, policy)
         e2e["ratio_to_direct_ingest"] = (round(e2e["end_to_end_records_per_s"] / direct_100, 2)
                                          if e2e["end_to_end_records_per_s"] else None)
         doc[key] = e2e
@@ -891,8 +912,55 @@ def run(args: argparse.Namespace, workdir: Path, log: Callable[[str], None]) -> 
         "measured_seconds": round(sum(w["seconds"] if "seconds" in w else
                                       w["seconds_to_all_hardened"] for w in windows), 1),
     }
-    doc["wall_seconds"] = round(time.time() - started, 1)
     return doc
+
+
+def latency_scenarios(args: argparse.Namespace, workdir: Path, broker: Broker,
+                      kiln_peak: float, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """The batched and single scenarios: Kiln acks=1, direct acks=1 and acks=all on the
+    bench's broker, alternating; then, with Apache Kafka unless --no-cluster, acks=all to a
+    3-node cluster, which runs only for those runs (idle, its JVMs would take CPU from the
+    others)."""
+    scenarios = [("batched", args.latency_rate or kiln_peak / 2, args.latency_linger_ms,
+                  args.latency_seconds)]
+    if args.single_rate:
+        scenarios.append(("single", args.single_rate, 0, args.single_seconds))
+    configs = [LatencyConfig("kiln_acks1", True, broker, "1"),
+               LatencyConfig("direct_acks1", False, broker, "1"),
+               LatencyConfig("direct_acksall", False, broker, "all")]
+    runs = [bench_latency(args, workdir, configs, {"broker": broker}, rate, linger_ms, seconds,
+                          log)
+            for _, rate, linger_ms, seconds in scenarios]
+    if broker.kind == "kafka" and not args.no_cluster:
+        log("starting a 3-node Apache Kafka cluster and warming it up")
+        with start_kafka_cluster(3) as cluster:
+            cluster_config = [LatencyConfig("cluster_acksall", False, cluster, "all")]
+            for (_, rate, linger_ms, seconds), scenario_runs in zip(scenarios, runs,
+                                                                    strict=True):
+                scenario_runs += bench_latency(args, workdir, cluster_config,
+                                               {"broker": broker, "cluster": cluster}, rate,
+                                               linger_ms, seconds, log)
+    out = []
+    for (scenario, rate, linger_ms, seconds), scenario_runs in zip(scenarios, runs, strict=True):
+        by_name = {r["name"]: r for r in scenario_runs}
+        kiln_p99 = by_name["kiln_acks1"]["p99_ms"]
+        all_p99 = by_name["direct_acksall"]["p99_ms"]
+        target: dict[str, Any] = {
+            "kiln_acks1_p99_ms": kiln_p99, "direct_acksall_p99_ms": all_p99,
+            "ratio": round(kiln_p99 / all_p99, 2) if all_p99 else None,
+            "kiln_at_or_below_direct_acksall": kiln_p99 <= all_p99}
+        if "cluster_acksall" in by_name:
+            cluster_p99 = by_name["cluster_acksall"]["p99_ms"]
+            target |= {"cluster_acksall_p99_ms": cluster_p99,
+                       "ratio_to_cluster": (round(kiln_p99 / cluster_p99, 2)
+                                            if cluster_p99 else None),
+                       "kiln_at_or_below_cluster_acksall": kiln_p99 <= cluster_p99}
+        out.append({
+            "scenario": scenario, "target_rate": round(rate), "linger_ms": linger_ms,
+            "seconds_per_run": seconds, "repeats": args.latency_repeats,
+            "value_bytes": 100, "runs": scenario_runs, "target": target,
+        })
+    return out
 
 
 def progress_log(quiet: bool) -> Callable[[str], None]:

@@ -6,11 +6,13 @@ partition back through ColdReader.
    then rebuilt by `to_kiln_offsets()` into uncompressed batches in Kiln offsets. Baselines:
    decoding the same batches (aiokafka's C reader, headers read) and, to show what serving
    compressed would add, compressing the rebuilt batches again at level 1.
-2. Read back (with --broker or a local tansu; skip with --no-broker): the same records
-   written to a topic by HardenedPartitionWriter, then read from Kiln offset 0 to the end
-   with ColdReader.read() in 1 MiB reads, as a consumer catching up would.
+2. Read back (skip with --no-broker): the same records written to a fresh topic by
+   HardenedPartitionWriter, then read from Kiln offset 0 to the end with ColdReader.read()
+   in 1 MiB reads, as a consumer catching up would. One broker per run (`--broker
+   kafka|tansu`, see bench/brokers.py, or a running one with `--bootstrap`).
 
     python -m bench.read_through                      # 1,000,000 records, every codec
+    python -m bench.read_through --broker tansu
     python -m bench.read_through --records 200000 --codecs none,lz4 --no-broker
 
 Prints JSON, then a table (on stderr).
@@ -32,8 +34,8 @@ from typing import Any
 from aiokafka.codec import gzip_encode, lz4_encode, snappy_encode, zstd_encode
 from aiokafka.record._crecords import DefaultRecordBatch
 
+from bench.brokers import add_broker_option, start_broker
 from bench.harden_write import CODECS, client_batches, values
-from cli.local_services import LocalTansu
 from proxy.protocol.batch import HEADER_SIZE, with_base_offset
 from proxy.protocol.records import build_hardened_batches, kiln_offset_of, to_kiln_offsets
 from storage.hardened_store import HardenedPartitionWriter
@@ -52,6 +54,7 @@ _COMPRESS: dict[str, Callable[[bytes], bytes]] = {
 
 @dataclass(frozen=True, slots=True)
 class Result:
+    broker: str | None
     codec: str
     records: int
     hardened_batches: int
@@ -125,17 +128,20 @@ async def read_back(bootstrap: str, vals: list[bytes], codec: int) -> tuple[floa
 
 
 @contextmanager
-def broker(args: argparse.Namespace) -> Iterator[str | None]:
+def broker(args: argparse.Namespace) -> Iterator[tuple[str, str] | None]:
+    """(bootstrap, description) of `--bootstrap` or of a local broker of `--broker`; None
+    with `--no-broker`."""
     if args.no_broker:
         yield None
-    elif args.broker:
-        yield args.broker
+    elif args.bootstrap:
+        yield args.bootstrap, args.bootstrap
     else:
-        with LocalTansu() as tansu:
-            yield tansu.bootstrap
+        with start_broker(args.broker) as local:
+            yield local.bootstrap, local.description
 
 
-def measure(codec: str, vals: list[bytes], args: argparse.Namespace) -> Result:
+def measure(codec: str, vals: list[bytes], args: argparse.Namespace,
+            target: tuple[str, str] | None) -> Result:
     record_sets = hardened_record_sets(vals, CODECS[codec])
     n = len(vals)
     decode_s, _ = best_of(args.runs, lambda: decode_all(record_sets))
@@ -145,11 +151,11 @@ def measure(codec: str, vals: list[bytes], args: argparse.Namespace) -> Result:
     recompress_s, _ = best_of(args.runs, lambda: [compress(r[HEADER_SIZE:]) for r in rebuilt])
     read_s: float | None = None
     read_cpu: float | None = None
-    with broker(args) as bootstrap:
-        if bootstrap is not None:
-            read_s, read_cpu = asyncio.run(read_back(bootstrap, vals, CODECS[codec]))
+    if target is not None:
+        read_s, read_cpu = asyncio.run(read_back(target[0], vals, CODECS[codec]))
     return Result(
-        codec, n, len(record_sets), round(sum(map(len, record_sets)) / 1e6, 1),
+        None if target is None else target[1], codec, n, len(record_sets),
+        round(sum(map(len, record_sets)) / 1e6, 1),
         round(sum(map(len, rebuilt)) / 1e6, 1), round(n / decode_s), round(n / rebuild_s),
         round(rebuild_cpu / n * 1e6, 3),
         round(recompress_s / n * 1e6 if codec != "none" else 0.0, 3),
@@ -164,13 +170,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--codecs", default=",".join(CODECS))
     parser.add_argument("--runs", type=int, default=3, help="re-encode runs; the best counts")
-    parser.add_argument("--broker", help="a running broker for the read-back part")
+    add_broker_option(parser)
+    parser.add_argument("--bootstrap", help="a running broker for the read-back part")
     parser.add_argument("--no-broker", action="store_true", help="re-encode only")
     args = parser.parse_args(argv)
     vals = values(args.records, args.value_bytes)
-    results = [measure(codec.strip(), vals, args) for codec in args.codecs.split(",")]
+    with broker(args) as target:
+        results = [measure(codec.strip(), vals, args, target)
+                   for codec in args.codecs.split(",")]
     print(json.dumps([asdict(r) for r in results], indent=2))
-    print(f"\n{'codec':7} {'in MB':>6} {'out MB':>6} {'decode rec/s':>13} {'rebuild rec/s':>14}"
+    print(f"\nbroker for the read back: {results[0].broker if results else '-'}",
+          file=sys.stderr)
+    print(f"{'codec':7} {'in MB':>6} {'out MB':>6} {'decode rec/s':>13} {'rebuild rec/s':>14}"
           f" {'µs/rec':>7} {'+recompress µs':>15} {'read-back rec/s':>16}", file=sys.stderr)
     for r in results:
         read = "-" if r.read_back_records_per_s is None else f"{r.read_back_records_per_s:,}"

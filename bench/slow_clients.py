@@ -1,7 +1,8 @@
 """What clients that never read their answers cost: Kiln's memory against the broker's.
 
-Fresh local services (Redis, a tansu broker, Kiln as a separate `python -m cli serve` with a
-long delay, so the records stay in Redis). A topic gets 8 MB of records (200 KB each). Then
+Fresh local services (Redis, the broker of `--broker kafka|tansu`, see bench/brokers.py,
+and Kiln as a separate `python -m cli serve` with a long delay, so the records stay in
+Redis). A topic gets 8 MB of records (200 KB each). Then
 N connections each send 64 Fetch requests for the whole topic (max_bytes 10 MB) and never
 read a byte of the answers, for some seconds; then they close. The resident memory (VmRSS)
 of the endpoint's process is sampled all along: before, the peak while the clients hold
@@ -11,7 +12,8 @@ then do the same to the broker directly.
 
 Prints one JSON document on stdout and a table on stderr (`--json`: the JSON only).
 
-    python -m bench.slow_clients                 # 4 clients, about a minute
+    python -m bench.slow_clients                 # 4 clients, Apache Kafka, about 1.5 minutes
+    python -m bench.slow_clients --broker tansu
     python -m bench.slow_clients --clients 8
 """
 
@@ -29,6 +31,7 @@ from typing import Any
 
 from kafka.protocol.consumer import FetchRequest
 
+from bench.brokers import add_broker_option, start_broker
 from bench.produce import (
     Stack,
     create_topic,
@@ -95,19 +98,20 @@ def measure(bootstrap: str, pid: int | None, topic: str, clients: int, hold_s: f
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="kiln-bench-") as tmp:
-        stack = Stack.start(Path(tmp), kiln_delay_ms=600_000)
+    with (tempfile.TemporaryDirectory(prefix="kiln-bench-") as tmp,
+          start_broker(args.broker) as broker):
+        stack = Stack.start(Path(tmp), broker, kiln_delay_ms=600_000)
         try:
-            assert stack.kiln is not None and stack.broker is not None
+            assert stack.kiln is not None
             kiln_topic, direct_topic = new_topic_name("slow"), new_topic_name("slow")
             create_topic(stack.kiln.bootstrap, kiln_topic)
-            create_topic(stack.broker.bootstrap, direct_topic)
+            create_topic(broker.bootstrap, direct_topic)
             fill(stack.kiln.bootstrap, kiln_topic, args.records)
-            fill(stack.broker.bootstrap, direct_topic, args.records)
+            fill(broker.bootstrap, direct_topic, args.records)
             kiln_rounds = [measure(stack.kiln.bootstrap, stack.kiln.pid, kiln_topic,
                                    args.clients, args.hold_s, args.after_s)
                            for _ in range(args.rounds)]
-            direct_rounds = [measure(stack.broker.bootstrap, stack.broker.pid, direct_topic,
+            direct_rounds = [measure(broker.bootstrap, broker.pid, direct_topic,
                                      args.clients, args.hold_s, args.after_s)
                              for _ in range(args.rounds)]
         finally:
@@ -115,7 +119,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     kiln, direct = kiln_rounds[0], direct_rounds[0]
     growth_ratio = (round(kiln["peak_growth_mb"] / direct["peak_growth_mb"], 2)
                     if direct["peak_growth_mb"] > 0 else None)
-    return {"clients": args.clients, "fetches_per_client": FETCHES_PER_CLIENT,
+    return {"broker": broker.describe(),
+            "clients": args.clients, "fetches_per_client": FETCHES_PER_CLIENT,
             "topic_mb": round(args.records * len(RECORD) / MiB, 1),
             "hold_s": args.hold_s, "kiln": kiln_rounds, "direct": direct_rounds,
             "peak_growth_ratio_kiln_to_direct": growth_ratio, "source": kiln_source()}
@@ -123,7 +128,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def table(doc: dict[str, Any]) -> str:
     lines = [f"{doc['clients']} clients x {doc['fetches_per_client']} fetches of a "
-             f"{doc['topic_mb']} MB topic, answers never read, held {doc['hold_s']} s",
+             f"{doc['topic_mb']} MB topic, answers never read, held {doc['hold_s']} s; "
+             f"broker: {doc['broker']['description']}",
              f"{'':8} {'RSS before MB':>14} {'peak MB':>9} {'growth MB':>10} {'after MB':>9}"]
     for name in ("kiln", "direct"):
         for i, row in enumerate(doc[name], 1):
@@ -144,6 +150,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of clients, one after "
                         "another, against the same process")
     parser.add_argument("--json", action="store_true", help="JSON only")
+    add_broker_option(parser)
     args = parser.parse_args()
     doc = run(args)
     print(json.dumps(doc, indent=2))
