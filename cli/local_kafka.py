@@ -243,6 +243,8 @@ class LocalKafkaCluster:
     def stop(self) -> None:
         atexit.unregister(self.stop)
         for node in self.nodes:
+            node.request_stop()
+        for node in self.nodes:
             node.stop()
 
     def __enter__(self) -> Self:

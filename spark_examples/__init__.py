@@ -1,6 +1,7 @@
 """The Spark pipeline over Kiln's hardened topics (docs/spark.md).
 
 `hardened_stream` (Structured Streaming into Parquet) and `audit` (gaps and duplicates per
-partition) are the jobs; `pipeline` holds the transformations they share, `session` chooses
-between Spark's Kafka source and Kiln's compatible reader (`kafka_source`).
+partition) are the jobs; both read Kafka with Spark's own Kafka source (the spark-sql-kafka
+connector, which `session` puts on the classpath). `pipeline` holds the transformations they
+share, `lineage` and `audit_report` the rules and arithmetic that need no Spark.
 """

@@ -7,8 +7,9 @@ Every hardened record names its Kiln offset one of two ways (`proxy/protocol/rec
   header. (Records written before Kiln adopted a topic are read the same way: Kiln's
   offsets start after them.)
 - a `kiln.offset` header: the Kiln offset as 8 bytes, big-endian. Once Kiln has dropped
-  records (delivered before they were hardened, or never to be hardened), the partition's
-  Kafka offsets trail its Kiln offsets for good, and every later record gets one. Kiln
+  records (delivered before they were hardened, or never to be hardened), or its fence's
+  abort marker took a Kafka offset, the partition's Kafka and Kiln offsets differ for good,
+  and every later record gets one. Kiln
   appends it after any the producer sent, so when several are present the last
   well-formed one is Kiln's.
 

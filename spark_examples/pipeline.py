@@ -1,10 +1,10 @@
-"""The transformations both Kafka readers feed: functions from DataFrames to DataFrames that
-work on batch and streaming frames alike, with no I/O.
+"""The transformations of the jobs: functions from DataFrames to DataFrames that work on batch
+and streaming frames alike, with no I/O.
 
-The input is what Spark's Kafka source gives with `includeHeaders=true` (Kiln's compatible
-reader gives the same). `with_lineage` turns it into decoded records that name their Kiln
-topic, partition and offset; the other functions drop duplicates by that lineage, count
-records per key and window, or summarise which Kiln offsets a topic holds (the audit).
+The input is what Spark's Kafka source gives with `includeHeaders=true`. `with_lineage`
+turns it into decoded records that name their Kiln topic, partition and offset; the other
+functions drop duplicates by that lineage, count records per key and window, or summarise
+which Kiln offsets a topic holds (the audit).
 """
 
 from __future__ import annotations

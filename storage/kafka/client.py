@@ -46,8 +46,9 @@ log = logging.getLogger(__name__)
 EARLIEST = -2
 LATEST = -1
 _TRANSACTION_COORDINATOR = 1
-_COORDINATOR_ATTEMPTS = 5
+_COORDINATOR_ATTEMPTS = 10
 _COORDINATOR_BACKOFF_S = 0.1
+_COORDINATOR_MAX_BACKOFF_S = 0.5  # 10 attempts: about 4 s, a new cluster's transaction log
 _LEADER_POLL_S = 0.05
 _READ_ATTEMPTS = 2
 _FENCED_CODES = frozenset({ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH})
@@ -392,7 +393,8 @@ class KafkaClient:
                 if attempt == _COORDINATOR_ATTEMPTS:
                     raise
                 log.debug("%s: %s; retrying", what, error)
-                await asyncio.sleep(_COORDINATOR_BACKOFF_S * attempt)
+                await asyncio.sleep(min(_COORDINATOR_MAX_BACKOFF_S,
+                                        _COORDINATOR_BACKOFF_S * attempt))
         raise AssertionError("unreachable")
 
     # --- produce and fetch -------------------------------------------------------------------

@@ -4,6 +4,8 @@ or through Kiln by a producer thread."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -11,10 +13,13 @@ from typing import Any
 import confluent_kafka
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from storage.errors import HardenedStoreUnavailable
+from storage.hardened_store import Fence, HardenedPartitionWriter
+from storage.kafka.client import KafkaClient
 from tests.faults.records import ProducerLoop, seq_of, value_of
 
-__all__ = ["BASE_TIMESTAMP_MS", "KeyedProducerLoop", "Sent", "create_topic", "key_of",
-           "produce_records", "seq_of", "timestamp_of", "value_of"]
+__all__ = ["BASE_TIMESTAMP_MS", "KeyedProducerLoop", "Sent", "create_topic", "end_offsets",
+           "key_of", "kiln_fence", "produce_records", "seq_of", "timestamp_of", "value_of"]
 
 BASE_TIMESTAMP_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 STEP_MS = 10  # record time advances 10 ms per record
@@ -74,6 +79,44 @@ def produce_records(bootstrap: str, topic: str, records: Sequence[Sent]) -> list
     assert producer.flush(30) == 0, "records not delivered in 30 s"
     assert not errors, errors
     return offsets
+
+
+def kiln_fence(bootstrap: str, topic: str, partition: int) -> None:
+    """What a Kiln process does when it takes a partition over from one that may still be
+    writing: its writer's recovery fences at the partition's leader, with an empty
+    transaction aborted at once. The abort marker takes one Kafka offset and holds no
+    record."""
+    async def fence() -> None:
+        client = KafkaClient(bootstrap, client_id="spark-tests-fence")
+        deadline = time.monotonic() + 60
+        try:
+            while True:
+                try:
+                    writer = HardenedPartitionWriter(client, topic, partition)
+                    await writer.recover(Fence.AT_LEADER)
+                    return
+                except HardenedStoreUnavailable:
+                    # A new broker's transaction log can take longer to load than the
+                    # client's own retries wait; Kiln's hardener tries again too.
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.5)
+        finally:
+            await client.close()
+
+    asyncio.run(fence())
+
+
+def end_offsets(bootstrap: str, topic: str, partitions: int) -> list[int]:
+    """Each partition's high watermark (markers included)."""
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap,
+                                         "group.id": "spark-tests-ends", "log_level": 3})
+    try:
+        return [consumer.get_watermark_offsets(
+            confluent_kafka.TopicPartition(topic, p), timeout=15)[1]
+            for p in range(partitions)]
+    finally:
+        consumer.close()
 
 
 class KeyedProducerLoop(ProducerLoop):

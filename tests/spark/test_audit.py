@@ -1,5 +1,6 @@
-"""The audit job finds what a broken hardener would leave: records written straight to the
-broker with `kiln.offset` headers that skip offsets and repeat one."""
+"""The audit job, reading with Spark's Kafka source, finds what a broken hardener would leave:
+records written straight to the broker with `kiln.offset` headers that skip offsets and
+repeat one."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from pyspark.sql import SparkSession
 from spark_examples import audit
 from spark_examples.audit import audit_options, run_audit
 from spark_examples.lineage import encode_kiln_offset
-from spark_examples.session import FALLBACK_MESSAGE
 from tests.spark.records import Sent, create_topic, produce_records
 
 pytestmark = pytest.mark.integration
@@ -33,11 +33,11 @@ def write_gap_and_duplicate(bootstrap: str, topic: str) -> None:
 
 
 def test_audit_reports_the_gap_and_the_duplicate(
-        spark: SparkSession, kiln_reader: str, kafka_bootstrap: str, unique_topic: str) -> None:
+        spark: SparkSession, kafka_bootstrap: str, unique_topic: str) -> None:
     # Given a topic with a gap and a duplicate in partition 0
     write_gap_and_duplicate(kafka_bootstrap, unique_topic)
     # When it is audited
-    audits = run_audit(spark, kiln_reader, audit_options(kafka_bootstrap, unique_topic))
+    audits = run_audit(spark, audit_options(kafka_bootstrap, unique_topic))
     # Then
     assert [a.as_json() for a in audits] == [
         {"topic": unique_topic, "partition": 0, "records": 8,
@@ -54,7 +54,7 @@ def test_audit_reports_the_gap_and_the_duplicate(
 
 
 def test_header_less_records_then_header_records_audit_clean(
-        spark: SparkSession, kiln_reader: str, kafka_bootstrap: str, unique_topic: str) -> None:
+        spark: SparkSession, kafka_bootstrap: str, unique_topic: str) -> None:
     # Given what Kiln writes now: header-less records whose Kafka offsets are their Kiln
     # offsets, then, once Kiln dropped records, records with larger Kiln offsets in headers.
     # Partition 0: Kafka 0-3 header-less, then Kiln offsets 7-9 at Kafka 4-6 (4-6 dropped).
@@ -65,7 +65,7 @@ def test_header_less_records_then_header_records_audit_clean(
     kafka_offsets = produce_records(kafka_bootstrap, unique_topic, zero + one)
     assert kafka_offsets == [0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4]
     # When it is audited
-    audits = run_audit(spark, kiln_reader, audit_options(kafka_bootstrap, unique_topic))
+    audits = run_audit(spark, audit_options(kafka_bootstrap, unique_topic))
     # Then the Kiln offsets are those, with only the dropped ones as a gap, no duplicate
     # (header Kiln offsets 7-9 do not collide with the Kafka offsets 4-6 they sit at), and
     # the header-less records counted apart
@@ -85,18 +85,16 @@ def test_header_less_records_then_header_records_audit_clean(
 
 def test_audit_command_prints_json_for_scripts(
         spark: SparkSession, kafka_bootstrap: str, unique_topic: str,
-        capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+        capsys: pytest.CaptureFixture[str]) -> None:
     # Given the same kind of topic
     write_gap_and_duplicate(kafka_bootstrap, unique_topic)
     # When the audit command runs with --json (in this process: its session is the tests')
-    with caplog.at_level("INFO", logger="spark_examples.session"):
-        status = audit.main(["--bootstrap", kafka_bootstrap, "--topic", unique_topic,
-                             "--json", "--limit", "10"])
-    # Then it chose Kiln's reader, said so, and printed one JSON document
+    status = audit.main(["--bootstrap", kafka_bootstrap, "--topic", unique_topic,
+                         "--json", "--limit", "10"])
+    # Then it read with Spark's Kafka source and printed one JSON document
     assert status == 0
-    assert FALLBACK_MESSAGE in caplog.text
     doc = json.loads(capsys.readouterr().out)
-    assert doc["reader"] == "kiln-kafka"
+    assert doc["reader"] == "kafka"
     assert doc["topic"] == unique_topic
     assert doc["totals"] == {"partitions": 2, "records": 14, "missing": 3,
                              "duplicate_records": 1, "without_kiln_header": 1}

@@ -72,9 +72,9 @@ def test_partition_audit_from_spark_aggregates_matches_the_reference() -> None:
 
 def test_json_document_for_scripts() -> None:
     partitions = [audit_offsets("t", 0, [0, 1, 1]), audit_offsets("t", 1, [0, 2])]
-    doc = report_json(partitions, topic="t", reader="kiln-kafka")
+    doc = report_json(partitions, topic="t", reader="kafka")
     assert json.loads(json.dumps(doc)) == doc
-    assert doc["topic"] == "t" and doc["reader"] == "kiln-kafka"
+    assert doc["topic"] == "t" and doc["reader"] == "kafka"
     assert [p["partition"] for p in doc["partitions"]] == [0, 1]
     assert doc["totals"] == {"partitions": 2, "records": 5, "missing": 1,
                              "duplicate_records": 1, "without_kiln_header": 0}
