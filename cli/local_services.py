@@ -18,6 +18,7 @@ import atexit
 import importlib.resources
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -54,11 +55,41 @@ class ExitedEarly(ServiceError):
 
 
 def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """Return a TCP port on 127.0.0.1 that was free a moment ago and that this process has
+    not handed out before.
+
+    It is taken below the kernel's ephemeral range where there is room: services are
+    stopped and started again on the same port (a crash and a restart), and a port from the
+    ephemeral range may meanwhile be taken by any outgoing connection on the machine, which
+    then makes the restart fail with EADDRINUSE."""
+    low, _ = _ephemeral_range()
+    for _ in range(200):
+        port = _random.randrange(_LOW_PORT, low) if low > _LOW_PORT + 1000 else 0
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            chosen: int = sock.getsockname()[1]
+        if chosen not in _handed_out:
+            _handed_out.add(chosen)
+            return chosen
+    raise ServiceError("no free TCP port found on 127.0.0.1")
+
+
+_LOW_PORT = 10_000
+_handed_out: set[int] = set()
+_random = random.Random()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 0, 0  # unknown: let the kernel pick
 
 
 def redis_server_binary(search_path: str | None = None) -> str:

@@ -156,7 +156,7 @@ async def _serve(settings: Settings) -> None:
         loop.add_signal_handler(signum, on_signal, signum)
     try:
         await app.start()
-    except (StartupError, StorageError):
+    except BaseException:  # a port taken, a store unreachable: stop what did start
         await app.close()
         raise
     delay = (f"fixed {settings.harden_delay_ms} ms" if settings.delay_policy == "fixed" else

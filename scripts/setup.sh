@@ -93,7 +93,7 @@ jvm_jars() {  # jvm_jars NAME: resolve scripts/jvm/NAME/pom.xml's dependencies i
     fi
     say "resolving $1 jars from Maven Central into $out"
     rm -rf "$out"
-    mvn -q -B -f "$pom" dependency:copy-dependencies -DoutputDirectory="$(pwd)/$out" \
+    mvn -q -B -Dstyle.color=never -f "$pom" dependency:copy-dependencies -DoutputDirectory="$(pwd)/$out" \
         || die "mvn could not resolve $pom (Maven Central reachable?)"
     printf '%s' "$want" >"$stamp"
 }

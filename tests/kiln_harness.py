@@ -23,11 +23,21 @@ class RunningKiln:
         self._thread = threading.Thread(target=self._loop.run_forever, name="kiln-test",
                                         daemon=True)
         self._thread.start()
-        self.app = self.call(self._build())
+        try:
+            self.app = self.call(self._build())
+        except BaseException:
+            self._stop_loop()
+            raise
 
     async def _build(self) -> KilnApp:
+        """Start Kiln; one that fails to start is closed again, so that nothing of it
+        (hardener tasks, delay reports in Redis) outlives this test into the next."""
         app = KilnApp(self.settings)
-        await app.start()
+        try:
+            await app.start()
+        except BaseException:
+            await app.close()
+            raise
         return app
 
     @property
@@ -53,9 +63,12 @@ class RunningKiln:
             self.call(_print_stuck_tasks(), timeout=5)
             raise
         finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-            self._loop.close()
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
 
 
 async def _print_stuck_tasks() -> None:
