@@ -191,6 +191,7 @@ class Hardener:
                     self._start_partition(tp)
 
     def _start_partition(self, tp: TopicPartition) -> None:
+        log.debug("%s/%d: hardening task started", tp.topic, tp.partition)
         self._tasks[tp] = asyncio.create_task(
             self._run_partition(tp), name=f"kiln-harden-{tp.topic}-{tp.partition}"
         )
@@ -223,6 +224,8 @@ class Hardener:
                 lease = await self._queue.acquire_lease(tp, self._settings.owner,
                                                         self._settings.lease_ms)
                 if lease is Lease.REFUSED:
+                    log.debug("%s/%d: another Kiln process holds the lease", tp.topic,
+                              tp.partition)
                     writer = None
                     await asyncio.sleep(idle_s)
                     continue

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import Self
 
@@ -26,6 +27,7 @@ class TcpRelay:
         self._lock = threading.Lock()
         self._flowing = threading.Event()
         self._flowing.set()
+        self._bytes_per_s: float | None = None
 
     def start(self) -> Self:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -44,6 +46,10 @@ class TcpRelay:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()
+
+    def throttle(self, bytes_per_s: float | None) -> None:
+        """Forward at most this many bytes a second towards the service (None: no limit)."""
+        self._bytes_per_s = bytes_per_s
 
     def hold(self) -> None:
         """Forward nothing more towards the service (answers still come back)."""
@@ -79,6 +85,8 @@ class TcpRelay:
             while chunk := source.recv(65536):
                 if gated:
                     self._flowing.wait()
+                    if self._bytes_per_s:
+                        time.sleep(len(chunk) / self._bytes_per_s)
                 sink.sendall(chunk)
         except OSError:
             pass
