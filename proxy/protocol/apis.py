@@ -169,14 +169,17 @@ def decode_request(frame: memoryview | bytes) -> Request:
         header, _ = parse_request_header(frame, flexible=False)
         raise UnsupportedRequest(header, known=spec is not None)
     header, body_at = parse_request_header(frame, is_flexible(spec, version))
-    body = _decode_exactly(spec.request, version, memoryview(frame), body_at,
-                           f"{spec.api_key.name} v{version}", header.correlation_id)
+    # Bytes after the fields are ignored, as Apache Kafka's broker ignores them: librdkafka
+    # sends its all-topics Metadata v12 with a 4-byte placeholder left after the fields.
+    body = _decode(spec.request, version, memoryview(frame), body_at,
+                   f"{spec.api_key.name} v{version}", header.correlation_id, exact=False)
     return Request(header, spec, body)
 
 
-def _decode_exactly(cls: Any, version: int, data: memoryview, pos: int, what: str,
-                    correlation_id: int | None) -> Message:
-    """Decode a body and insist it ends exactly at the end of the frame.
+def _decode(cls: Any, version: int, data: memoryview, pos: int, what: str,
+            correlation_id: int | None, *, exact: bool = True) -> Message:
+    """Decode a body, refusing one that runs past the end of the frame (and, when `exact`,
+    one that ends before it).
 
     kafka-python's decoder slices strings and byte fields without bounds checks, so a
     truncated frame would otherwise decode into silently shortened values."""
@@ -188,7 +191,7 @@ def _decode_exactly(cls: Any, version: int, data: memoryview, pos: int, what: st
     except (ValueError, IndexError, struct.error, UnicodeDecodeError, KeyError, TypeError,
             OverflowError, MemoryError) as exc:
         raise MalformedRequest(f"cannot decode {what}: {exc}", correlation_id) from exc
-    if end != len(data):
+    if end > len(data) or (exact and end != len(data)):
         raise MalformedRequest(f"{what}: body is {len(data) - pos} bytes, the fields take "
                                f"{end - pos}", correlation_id)
     return body
@@ -216,8 +219,8 @@ def decode_client_response(spec: ApiSpec, version: int, frame: memoryview | byte
     pos = 4
     if response_header_flexible(spec, version):
         pos = skip_tagged_fields(frame, pos)
-    body = _decode_exactly(spec.response, version, memoryview(frame), pos,
-                           f"{spec.api_key.name} v{version} response", correlation_id)
+    body = _decode(spec.response, version, memoryview(frame), pos,
+                   f"{spec.api_key.name} v{version} response", correlation_id)
     return correlation_id, body
 
 

@@ -72,6 +72,21 @@ def test_truncated_body_is_malformed_with_correlation_id() -> None:
     assert raised.value.correlation_id == 5
 
 
+def test_bytes_after_the_fields_are_ignored_as_kafka_ignores_them() -> None:
+    # Given librdkafka's all-topics Metadata v12: null topics, two false flags, no tags, and
+    # its 4-byte placeholder's last 3 bytes left after the fields
+    header = struct.pack(">hhih", 3, 12, 7, 4) + b"rdk" + b"\x00"  # flexible: empty tags
+    frame = header + bytes.fromhex("00000000010000")
+
+    # When it is decoded
+    request = apis.decode_request(frame)
+
+    # Then it is an all-topics request
+    assert request.header.correlation_id == 7
+    assert request.body.topics is None
+    assert request.body.allow_auto_topic_creation is False
+
+
 def test_client_id_running_past_frame_is_malformed() -> None:
     frame = struct.pack(">hhih", 18, 0, 9, 500) + b"short"
 
