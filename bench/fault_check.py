@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.produce import kiln_source
+from bench.produce import kiln_source, stop_on_signals
 from tests.faults.checker import CheckerConfig, run_checker
 
 
@@ -33,6 +33,7 @@ def main() -> None:
                         help="where Kiln's log and failing histories go (default: a new "
                              "temporary directory, kept)")
     args = parser.parse_args()
+    stop_on_signals()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="kiln-fault-check-"))
     started = time.monotonic()

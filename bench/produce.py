@@ -963,6 +963,16 @@ def latency_scenarios(args: argparse.Namespace, workdir: Path, broker: Broker,
     return out
 
 
+def stop_on_signals() -> None:
+    """SIGTERM and SIGINT raise KeyboardInterrupt, so every started service is stopped on the
+    way out; SIGINT too when the bench was started in the background, where it is ignored."""
+    def on_term(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def progress_log(quiet: bool) -> Callable[[str], None]:
     """Progress lines on stderr, unless only the JSON document was asked for."""
     def log(text: str) -> None:
@@ -987,11 +997,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     log = progress_log(args.json)
 
-    def on_term(signum: int, _frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with it ignored
+    stop_on_signals()
     workdir = Path(tempfile.mkdtemp(prefix="kiln-bench-"))
     try:
         doc = run(args, workdir, log)
