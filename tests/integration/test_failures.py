@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
+import confluent_kafka
 import redis
 from kafka import KafkaProducer
 
@@ -145,3 +146,48 @@ def test_redis_outage_gives_retriable_errors_and_kiln_reconnects(
     assert first.error_code == 0
     assert during.error_code == ErrorCode.NOT_ENOUGH_REPLICAS
     assert after.error_code == 0
+
+
+def test_a_consumer_assigned_while_redis_is_down_reads_from_its_commit_once_redis_is_back(
+        kafka_bootstrap: str, unique_topic: str) -> None:
+    """librdkafka gives up on a partition whose committed offset it could not fetch when the
+    answer was COORDINATOR_NOT_AVAILABLE (it never asks again); the fault checker found a
+    group that read nothing more after two Redis restarts during its rebalance."""
+    # Given ten records through Kiln, a group that committed offset 4, and Redis (with its
+    # data on disk) down
+    store = LocalRedis(extra_args=["--appendonly", "yes", "--appendfsync", "always"]).start()
+    running = start_kiln(store.url, kafka_bootstrap, harden_delay_ms=60_000)
+    group = f"assigned-{unique_topic}"
+    consumer = None
+    try:
+        producer = confluent_kafka.Producer({"bootstrap.servers": running.bootstrap,
+                                             "acks": 1})
+        for i in range(10):
+            producer.produce(unique_topic, b"r%d" % i, partition=0)
+        assert producer.flush(10) == 0
+        committer = confluent_kafka.Consumer({"bootstrap.servers": running.bootstrap,
+                                              "group.id": group})
+        committer.commit(offsets=[confluent_kafka.TopicPartition(unique_topic, 0, 4)],
+                         asynchronous=False)
+        committer.close()
+        store.kill()
+        # When a consumer of the group is assigned the partition while Redis is down, and
+        # Redis comes back a few seconds later
+        consumer = confluent_kafka.Consumer({
+            "bootstrap.servers": running.bootstrap, "group.id": group,
+            "enable.auto.commit": False, "auto.offset.reset": "latest"})
+        consumer.assign([confluent_kafka.TopicPartition(unique_topic, 0)])
+        during = consumer.consume(10, 3.0)
+        store.start()
+        read: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while len(read) < 6 and time.monotonic() < deadline:
+            read += [m.value() for m in consumer.consume(10, 0.5) if m.error() is None]
+    finally:
+        if consumer is not None:
+            consumer.close()
+        running.stop()
+        store.stop()
+    # Then it read nothing while Redis was down, and afterwards every record from its commit
+    assert [m for m in during if m.error() is None] == []
+    assert read == [b"r%d" % i for i in range(4, 10)]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from proxy.protocol.apis import CLIENT_APIS, ApiKey, Message, Request
 from proxy.protocol.errors import ErrorCode
 from proxy.server.context import KilnContext
-from proxy.server.handlers.group_errors import coordinator_errors
+from proxy.server.handlers.group_errors import coordinator_errors, offset_fetch_errors
 from storage.groups.model import CommittedOffset, StoredCommit
 from storage.model import TopicPartition
 
@@ -84,7 +84,7 @@ def commit_error(request: Request, code: ErrorCode) -> Message:
 async def fetch(ctx: KilnContext, request: Request) -> Message:
     body = request.body
     if body.topics is None:  # v2+: every partition the group has committed
-        with coordinator_errors():
+        with offset_fetch_errors():
             found = await ctx.groups.fetch_offsets(body.group_id, None)
         by_topic: dict[str, list[int]] = {}
         for tp in sorted(found, key=lambda tp: (tp.topic, tp.partition)):
@@ -92,7 +92,7 @@ async def fetch(ctx: KilnContext, request: Request) -> Message:
     else:
         by_topic = {t.name: list(t.partition_indexes) for t in body.topics}
         tps = [TopicPartition(name, p) for name, parts in by_topic.items() for p in parts]
-        with coordinator_errors():
+        with offset_fetch_errors():
             found = await ctx.groups.fetch_offsets(body.group_id, tps)
     return _fetch_body(request, by_topic, found, ErrorCode.NONE)
 
