@@ -16,8 +16,9 @@ from proxy.server.request_metrics import ServerCountersCollector
 from storage.acks import SettledWaiters
 from storage.appender import Appender
 from storage.appends import AppendSignals
+from storage.broker_configs import BrokerConfigs, kiln_broker_configs
 from storage.budget import BufferBudget
-from storage.catalog import Catalog, CatalogSettings
+from storage.catalog import Catalog, CatalogSettings, forget_topic_state
 from storage.clock import wall_clock_ms
 from storage.delay_control import DelayControl
 from storage.delivery import Delivery
@@ -36,6 +37,7 @@ from storage.policy.observer import DelayObserver
 from storage.read_through import ColdReader
 from storage.redis_eviction import eviction_risk
 from storage.subscriptions import SubscriptionRegistry
+from storage.topic_configs import TopicConfigs
 from storage.topics import TopicRegistry
 
 log = logging.getLogger(__name__)
@@ -83,11 +85,13 @@ class KilnApp:
                                       client_id=f"kiln-{settings.node_id}-read",
                                       connect_timeout=3.0, request_timeout=15.0)
         self.cold = ColdReader(self.cold_kafka)
-        self.groups = GroupCoordinator(GroupStore.from_url(settings.redis_url), MembershipSettings(
+        group_store = GroupStore.from_url(settings.redis_url)
+        self.groups = GroupCoordinator(group_store, MembershipSettings(
             initial_rebalance_delay_ms=settings.group_initial_rebalance_delay_ms,
             min_session_timeout_ms=settings.group_min_session_timeout_ms,
             max_session_timeout_ms=settings.group_max_session_timeout_ms,
         ))
+        forget_topic_state(self.catalog, subscriptions, group_store)
         self.appends = AppendSignals()
         self.appends.add_listener(self.hardener.appended)
         host, port = settings.advertised_address
@@ -99,6 +103,9 @@ class KilnApp:
             delivery=self.delivery, appends=self.appends, groups=self.groups, delay=self.delay,
             cold=self.cold, appender=Appender(self.queue, self.catalog.starts),
             memory=ListenerMemory(listener_limits(settings)),
+            topic_configs=TopicConfigs(self.catalog, self.kafka),
+            broker_configs=BrokerConfigs(self.kafka, settings.node_id, kiln_broker_configs(
+                settings.node_id, self.catalog.settings)),
         )
         listen_host, listen_port = settings.listen_address
         self.listener = Listener(self.context, listen_host, listen_port)

@@ -18,6 +18,7 @@ from typing import Any
 
 from cli import dev_instance
 from proxy.server.limits import ListenerLimits
+from storage.catalog import KAFKA_DEFAULT
 from storage.redis_pool import SENTINEL_SCHEME, parse_sentinel_url
 
 _LISTENER = ListenerLimits()  # the listener's defaults are its own
@@ -51,7 +52,10 @@ class Settings:
     max_ack_delay_ms: int = 10_000
     buffer_budget_bytes: int = 512 * 1024 * 1024
     auto_create_topics: bool = True
-    default_partitions: int = 1
+    # Partitions of a topic created without a count (auto-created, CreateTopics asking for
+    # the default, `kiln topics create` without --partitions); 0 (or "kafka"): as many as
+    # the Kafka cluster behind Kiln gives one, its brokers' num.partitions.
+    default_partitions: int = KAFKA_DEFAULT
     node_id: int = 0
     max_frame_bytes: int = 100 * 1024 * 1024
     # What the Kafka listener may hold for its clients (proxy/server/limits.py).
@@ -117,7 +121,13 @@ def parse_subscriptions(text: str) -> list[tuple[str, str]]:
     return pairs
 
 
+# Keys whose value may be given as "kafka": take Kafka's own (KAFKA_DEFAULT).
+_KAFKA_DEFAULTS = frozenset({"default_partitions"})
+
+
 def _coerce(key: str, raw: Any, kind: type, source: str) -> Any:
+    if key in _KAFKA_DEFAULTS and isinstance(raw, str) and raw.strip().lower() == "kafka":
+        return KAFKA_DEFAULT
     if kind is bool:
         if isinstance(raw, bool):
             return raw
@@ -155,10 +165,10 @@ def _validate(settings: Settings) -> Settings:
         raise SettingsError(f"redis_url: expected redis://HOST:PORT/DB or "
                             f"{SENTINEL_SCHEME}HOST:PORT/SERVICE, got {settings.redis_url!r}")
     for key in ("harden_delay_ms", "buffer_budget_bytes", "node_id", "min_delay_ms",
-                "max_ack_delay_ms"):
+                "max_ack_delay_ms", "default_partitions"):
         if getattr(settings, key) < 0:
             raise SettingsError(f"{key}: must be >= 0, got {getattr(settings, key)}")
-    for key in ("default_partitions", "max_frame_bytes", "risk_budget_bytes",
+    for key in ("max_frame_bytes", "risk_budget_bytes",
                 "risk_budget_records", "sender_budget_s", "max_request_bytes",
                 "max_answer_bytes_per_connection", "max_answer_bytes", "max_fetch_bytes",
                 "frame_read_timeout_ms", "connections_max_idle_ms", "max_connections",

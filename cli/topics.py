@@ -1,13 +1,15 @@
-"""`kiln topics list|create|describe|alter`: Kiln's topics and their policies (DESIGN §3).
+"""`kiln topics list|create|describe|alter|delete`: Kiln's topics and their policies
+(DESIGN §3).
 
 Policies are Kiln's `kiln.*` topic configs; every flag here becomes one of them, so
 `with_kiln_configs` (storage/topics.py) is the one place that checks them, for the CLI as for
-CreateTopics. Creating goes through the storage Catalog, as CreateTopics does: in Kafka with
-the same partition count, then in Kiln's registry."""
+CreateTopics. Creating, adding partitions and deleting go through the storage Catalog, as
+CreateTopics, CreatePartitions and DeleteTopics do: in Kafka first, then in Kiln."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -22,10 +24,12 @@ from cli.settings import Settings
 from cli.status import status_rows
 from cli.subscriptions import _subscription_rows, store_options
 from proxy.protocol.errors import ErrorCode, KafkaError
-from storage.catalog import Catalog, CatalogSettings
+from storage.catalog import Catalog, CatalogSettings, DeletedTopic, forget_topic_state
 from storage.errors import StorageError
+from storage.groups.store import GroupStore
 from storage.kafka.client import KafkaClient
 from storage.model import Reliability
+from storage.subscriptions import SubscriptionRegistry
 from storage.topics import CACHE_TTL_S, HardenPolicy, TopicConfig, kiln_configs, with_kiln_configs
 
 _LIST_COLUMNS = ("name", "partitions", "reliability", "max_reliability", "producer_override",
@@ -87,7 +91,7 @@ def list_(as_json: bool, config_file: Path | None, redis_url: str | None) -> Non
 @topics.command()
 @click.argument("name")
 @click.option("--partitions", type=int, help="partition count, in Kiln and Kafka "
-              "[default: default_partitions]")
+              "[default: default_partitions, else Kafka's num.partitions]")
 @_policy_options
 @click.option("--topic-config", "-c", "topic_configs", multiple=True, metavar="KEY=VALUE",
               help="a topic config for Kafka (e.g. retention.ms=86400000); kiln.* ones set "
@@ -104,9 +108,8 @@ def create(name: str, partitions: int | None, topic_configs: tuple[str, ...],
     Both get the same partition count; Kafka gets the topic configs that are not Kiln's."""
     settings = settings_from(config_file, redis_url=redis_url, kafka_bootstrap=kafka_bootstrap)
     configs = _merge(_parse_topic_configs(topic_configs), _policy_configs(policies))
-    count = settings.default_partitions if partitions is None else partitions
     try:
-        created = asyncio.run(_create(settings, name, count, configs))
+        created = asyncio.run(_create(settings, name, partitions, configs))
     except KafkaError as exc:
         if if_not_exists and exc.error_code is ErrorCode.TOPIC_ALREADY_EXISTS:
             click.echo(f"topic {name} already exists; left unchanged")
@@ -147,34 +150,67 @@ def describe(name: str, as_json: bool, config_file: Path | None, redis_url: str 
 @topics.command()
 @click.argument("name")
 @_policy_options
-@click.option("--partitions", type=int, help="refused: the partition count cannot change")
+@click.option("--partitions", type=int,
+              help="add partitions, up to this count, in Kafka then in Kiln (as "
+                   "CreatePartitions: a count can only grow; keyed records of new producers "
+                   "may move to other partitions)")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 @store_options
+@_kafka_option
 def alter(name: str, partitions: int | None, as_json: bool, config_file: Path | None,
-          redis_url: str | None, **policies: Any) -> None:
-    """Change the policies of topic NAME.
+          redis_url: str | None, kafka_bootstrap: str | None, **policies: Any) -> None:
+    """Change the policies or the partition count of topic NAME.
 
     Running Kiln processes apply the change within a second."""
-    if partitions is not None:
-        raise click.UsageError(
-            "the partition count of a topic cannot be changed: Kiln and Kafka would have to "
-            "change together, and producers' keys would move to other partitions")
     changes = _policy_configs(policies)
-    if not changes:
+    if not changes and partitions is None:
         flags = ", ".join(f"--{flag.replace('_', '-')}" for flag in _POLICY_CONFIGS)
-        raise click.UsageError(f"nothing to change: give one or more of {flags}")
-    settings = settings_from(config_file, redis_url=redis_url)
+        raise click.UsageError(f"nothing to change: give one or more of {flags}, --partitions")
+    settings = settings_from(config_file, redis_url=redis_url, kafka_bootstrap=kafka_bootstrap)
     try:
-        before, after = asyncio.run(_alter(settings, name, changes))
+        before, after = asyncio.run(_alter(settings, name, changes, partitions))
     except KafkaError as exc:
         raise click.ClickException(exc.message) from exc
     if not as_json:
+        if before.partitions != after.partitions:
+            click.echo(f"partitions: {before.partitions} -> {after.partitions} (in Kafka and "
+                       "Kiln)")
         old, new = kiln_configs(before), kiln_configs(after)
         for key in sorted(new):
             if old[key] != new[key]:
                 click.echo(f"{key}: {old[key]} -> {new[key]}")
         click.echo(f"running Kiln processes apply it within {CACHE_TTL_S:g} s")
     _emit_one(_topic_row(after), as_json)
+
+
+@topics.command()
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+@store_options
+@_kafka_option
+def delete(name: str, as_json: bool, config_file: Path | None, redis_url: str | None,
+           kafka_bootstrap: str | None) -> None:
+    """Delete topic NAME in Kafka and in Kiln, as DeleteTopics does.
+
+    The records Kiln still buffers for it are dropped (not hardened), and its durable
+    subscriptions and the consumer groups' committed offsets of it are forgotten. A topic
+    only Kafka has is deleted there."""
+    settings = settings_from(config_file, redis_url=redis_url, kafka_bootstrap=kafka_bootstrap)
+    try:
+        row = asyncio.run(_delete(settings, name))
+    except KafkaError as exc:
+        if exc.error_code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            raise click.ClickException(f"unknown topic {name!r}: neither Kiln nor Kafka has "
+                                       "it") from exc
+        raise click.ClickException(exc.message) from exc
+    if as_json:
+        click.echo(json.dumps(row, indent=2, sort_keys=True))
+        return
+    where = " and ".join(side for side, had in (("Kafka", row["in_kafka"]),
+                                                 ("Kiln", row["in_kiln"])) if had)
+    click.echo(f"deleted topic {name} ({row['partitions']} partition(s)) in {where}")
+    click.echo(f"dropped {row['buffered_records']} buffered record(s); forgot "
+               f"{len(row['durable_subscriptions'])} durable subscription(s)")
 
 
 # --- policies and configs ----------------------------------------------------------------
@@ -222,30 +258,62 @@ async def _kafka(settings: Settings) -> AsyncIterator[KafkaClient]:
         await client.close()
 
 
-async def _create(settings: Settings, name: str, partitions: int,
+def _catalog(settings: Settings, stores: Stores, kafka: KafkaClient) -> Catalog:
+    """The deployment's catalog, as a Kiln process has it (a deletion through it forgets
+    what it forgets in a Kiln process)."""
+    catalog = Catalog(stores.topics, stores.queue, kafka,
+                      CatalogSettings(auto_create_topics=False,
+                                      default_partitions=settings.default_partitions))
+    forget_topic_state(catalog, SubscriptionRegistry(stores.queue.redis),
+                       GroupStore(stores.queue.redis))
+    return catalog
+
+
+async def _start_kafka(settings: Settings, kafka: KafkaClient) -> None:
+    try:
+        await kafka.start()
+    except StorageError as exc:
+        raise click.ClickException(f"cannot reach Kafka at {settings.kafka_bootstrap}: "
+                                   f"{exc.message}") from exc
+
+
+async def _create(settings: Settings, name: str, partitions: int | None,
                   configs: dict[str, str]) -> TopicConfig:
     async with connect(settings) as stores, _kafka(settings) as kafka:
-        catalog = Catalog(stores.topics, stores.queue, kafka,
-                          CatalogSettings(auto_create_topics=False,
-                                          default_partitions=settings.default_partitions))
+        catalog = _catalog(settings, stores, kafka)
         # Names, policy values and Kiln's registry first: a typo needs no Kafka.
-        await catalog.create(name, partitions, require_kafka=False, validate_only=True,
-                             configs=configs)
-        try:
-            await kafka.start()
-        except StorageError as exc:
-            raise click.ClickException(f"cannot reach Kafka at {settings.kafka_bootstrap}: "
-                                       f"{exc.message}") from exc
+        catalog.validate_new(name, 1 if partitions is None else partitions, configs)
+        if await stores.topics.get(name) is not None:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        await _start_kafka(settings, kafka)
         return await catalog.create(name, partitions, require_kafka=True, configs=configs)
 
 
-async def _alter(settings: Settings, name: str, changes: dict[str, str]
-                 ) -> tuple[TopicConfig, TopicConfig]:
+async def _alter(settings: Settings, name: str, changes: dict[str, str],
+                 partitions: int | None) -> tuple[TopicConfig, TopicConfig]:
     async with connect(settings) as stores:
         before = await _known(stores, name)
-        after = with_kiln_configs(before, changes)
-        await stores.topics.update(after)
+        with_kiln_configs(before, changes)  # a bad policy stops the partitions too
+        if partitions is not None:
+            async with _kafka(settings) as kafka:
+                await _start_kafka(settings, kafka)
+                await _catalog(settings, stores, kafka).add_partitions(name, partitions)
+        current = await stores.topics.get(name, fresh=True)
+        if current is None:
+            raise click.ClickException(f"topic {name!r} was deleted meanwhile")
+        after = with_kiln_configs(current, changes)
+        if changes:
+            await stores.topics.update(after)
         return before, after
+
+
+async def _delete(settings: Settings, name: str) -> dict[str, Any]:
+    async with connect(settings) as stores, _kafka(settings) as kafka:
+        buffered = sum(row["buffered"] for row in await status_rows(stores, name))
+        subscriptions = sorted((await stores.delivery.subscriptions()).get(name, {}))
+        await _start_kafka(settings, kafka)
+        deleted = await _catalog(settings, stores, kafka).delete(name)
+    return _deleted_row(deleted, buffered, subscriptions)
 
 
 async def _known(stores: Stores, name: str) -> TopicConfig:
@@ -308,6 +376,12 @@ def _topic_row(config: TopicConfig, buffered: int | None = None,
         "auto_subscribe": config.auto_subscribe, "buffered": buffered,
         "subscriptions": subscriptions,
     }
+
+
+def _deleted_row(deleted: DeletedTopic, buffered: int, subscriptions: list[str]
+                 ) -> dict[str, Any]:
+    return {**dataclasses.asdict(deleted), "buffered_records": buffered,
+            "durable_subscriptions": subscriptions}
 
 
 def _emit_one(row: dict[str, Any], as_json: bool) -> None:

@@ -13,6 +13,11 @@ for nothing here; they are still stored, and OffsetFetch returns them.
 Under `harden = survivors` the batches below the delivered mark are dropped from the log
 queue at once, never written to Kafka (the hardener skips the delivered records of a batch
 that straddles the mark); under `all` and `never` the mark only answers assured acks.
+
+A deleted group (DeleteGroups) stops counting where it had registered itself; one an
+operator registered keeps its subscription but loses its commits, as does a group whose
+offsets of some partitions were deleted (OffsetDelete): nothing there is delivered until it
+commits again. A delivered mark never moves back.
 """
 
 from __future__ import annotations
@@ -99,6 +104,48 @@ class Delivery:
             await self._apply("", {tp: 0 for tp in tps}, {topic: remaining},
                               {topic: config.harden is HardenPolicy.SURVIVORS})
         return removed
+
+    async def group_deleted(self, group: str) -> list[str]:
+        """`group` was deleted (DeleteGroups). Where it registered itself (`auto`) it stops
+        counting: its subscription is removed and the remaining ones decide delivery at
+        once. A subscription an operator registered (configuration, CLI) stays, but its
+        commits went with the group's offsets: until the group commits again, nothing on
+        those partitions counts as delivered (records are hardened after the delay).
+        Returns the topics whose subscription was removed."""
+        removed = []
+        for topic, groups in (await self._registry.all(fresh=True)).items():
+            mine = groups.get(group)
+            if mine is None:
+                continue
+            if mine.explicit:
+                await self._forget(topic, group, None)
+            elif await self.unsubscribe(topic, group):
+                removed.append(topic)
+                log.info("group %s deleted: no longer a durable subscription of %s", group,
+                         topic)
+        return removed
+
+    async def offsets_deleted(self, group: str, tps: Sequence[TopicPartition]) -> None:
+        """`group`'s committed offsets of `tps` were deleted (OffsetDelete): where it is a
+        durable subscription, its commits there no longer count, until it commits again."""
+        by_topic: dict[str, list[TopicPartition]] = {}
+        for tp in tps:
+            by_topic.setdefault(tp.topic, []).append(tp)
+        subscriptions = await self._registry.all(fresh=True)
+        for topic, partitions in by_topic.items():
+            if group in subscriptions.get(topic, {}):
+                await self._forget(topic, group, partitions)
+
+    async def _forget(self, topic: str, group: str,
+                      tps: Sequence[TopicPartition] | None) -> None:
+        """Drop `group`'s commits on `tps` (every partition of the topic when None); the
+        delivered marks stay where they are, never moving back."""
+        if tps is None:
+            config = await self._topics.get(topic)
+            if config is None:
+                return
+            tps = [TopicPartition(topic, p) for p in range(config.partitions)]
+        await self._queue.forget_commits(tps, group)
 
     async def subscriptions(self) -> dict[str, dict[str, Subscription]]:
         return await self._registry.all(fresh=True)

@@ -18,6 +18,12 @@ this loop; both only ever remove a prefix of the log queue, so they cannot confl
 
 A crash between 2 and 3 leaves records in both tiers; step 1 after restart skips them, so
 Kafka receives every record exactly once.
+
+A deleted topic's tasks stop: at once in the process that deletes it, at the next topic scan
+(or the next pass) in the others. A task never creates in Kafka a topic that is no longer
+registered under the id it started with (storage.catalog's ensure_in_kafka), and starts over
+when its partition's incarnation changes under it (the topic was deleted and created anew:
+its offsets start again at 0).
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from storage.policy.hardening_pass import PassView, plan_pass, plan_release
 from storage.policy.observer import DelayObserver
 from storage.policy.reliability import shed_now, should_harden
 from storage.tasks import stop_task
-from storage.topics import HardenPolicy
+from storage.topics import HardenPolicy, TopicConfig, TopicGone
 
 log = logging.getLogger(__name__)
 
@@ -108,10 +114,26 @@ class Hardener:
         self._idle_empty: set[TopicPartition] = set()
         # When each partition last tried to release the batches it holds until delivered.
         self._released_at: dict[TopicPartition, float] = {}
+        # The incarnation each partition's task recovered in (it recovers again on a change).
+        self._recovered_in: dict[TopicPartition, str] = {}
         self.counters = HardenerCounters()
 
     def start(self) -> None:
+        self._catalog.on_deleting(self.topic_deleted)
         self._supervisor = asyncio.create_task(self._supervise(), name="kiln-hardener")
+
+    async def topic_deleted(self, topic: str, partitions: int = 0) -> None:
+        """Stop hardening a topic that is being deleted (waiting for a write under way to
+        end) and forget what was kept for its partitions."""
+        ending = [tp for tp in self._tasks if tp.topic == topic]
+        await asyncio.gather(*(stop_task(self._tasks.pop(tp)) for tp in ending))
+        for kept in (self._wakeups, self._flush_goal, self._released_at, self._recovered_in):
+            for tp in [tp for tp in kept if tp.topic == topic]:
+                del kept[tp]
+        self._idle_empty = {tp for tp in self._idle_empty if tp.topic != topic}
+        if ending:
+            log.info("hardening of deleted topic %s stopped (%d partitions)", topic,
+                     len(ending))
 
     async def stop(self) -> None:
         self._stopping.set()
@@ -153,7 +175,7 @@ class Hardener:
         if tp in self._idle_empty:
             self._wakeup(tp).set()
         elif tp not in self._tasks and self._supervisor is not None \
-                and not self._stopping.is_set():
+                and not self._stopping.is_set() and not self._catalog.being_deleted(tp.topic):
             self._start_partition(tp)
 
     async def _supervise(self) -> None:
@@ -184,11 +206,19 @@ class Hardener:
         # Kiln's own topics only: a Kafka topic Kiln has not adopted holds nothing in the
         # log queue, and adopting every topic Kafka has would fence partitions Kiln never
         # serves.
-        for config in (await self._catalog.registry.all()).values():
+        topics = await self._catalog.registry.all()
+        for config in topics.values():
+            if self._catalog.being_deleted(config.name):
+                continue
             for partition in range(config.partitions):
                 tp = TopicPartition(config.name, partition)
                 if tp not in self._tasks or self._tasks[tp].done():
                     self._start_partition(tp)
+        # Topics deleted through another process (not those Redis lost: they are adopted
+        # again from Kafka).
+        for gone in {tp.topic for tp in self._tasks} - set(topics):
+            if await self._catalog.registry.deletion(gone) is not None:
+                await self.topic_deleted(gone)
 
     def _start_partition(self, tp: TopicPartition) -> None:
         log.debug("%s/%d: hardening task started", tp.topic, tp.partition)
@@ -221,6 +251,10 @@ class Hardener:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(wakeup.wait(), min(wait_s, idle_s))
                     continue
+                if writer is None:
+                    # A deleted topic's partition (records appended as it was deleted) takes
+                    # no lease: its keys would outlive it.
+                    await self._registered(tp.topic)
                 lease = await self._queue.acquire_lease(tp, self._settings.owner,
                                                         self._settings.lease_ms)
                 if lease is Lease.REFUSED:
@@ -237,6 +271,9 @@ class Hardener:
                     fence = False
                 decided_below = await self._harden_due(tp, writer, decided_below)
                 backoff = 0.0
+            except TopicGone as exc:
+                log.info("hardening of %s/%d ends: %s", tp.topic, tp.partition, exc.message)
+                return
             except Fenced as exc:
                 log.warning("hardening of %s/%d fenced: %s", tp.topic, tp.partition, exc)
                 writer = None
@@ -287,12 +324,14 @@ class Hardener:
         """Find where hardening goes on (after fencing, at the partition's leader, a writer
         that did not let go): returns the writer and the offset below which every record is
         decided (in Kafka, or needing nothing)."""
-        config = await self._catalog.lookup(tp.topic, allow_create=False)
-        if config is not None:
-            await self._catalog.ensure_in_kafka(tp.topic, config.partitions, fresh=True)
+        config = await self._registered(tp.topic)
+        state = await self._queue.state(tp)
+        await self._catalog.ensure_in_kafka(tp.topic, config.partitions, fresh=True,
+                                            topic_id=config.topic_id)
         writer = HardenedPartitionWriter(self._client, tp.topic, tp.partition,
                                          max_batch_bytes=self._settings.max_batch_bytes)
         in_kafka = await writer.recover(Fence.AT_LEADER if fence else Fence.NONE)
+        self._recovered_in[tp] = state.incarnation
         state = await self._queue.state(tp)
         if in_kafka is not None and in_kafka > state.next_offset:
             log.error("%s/%d: Kafka holds Kiln offsets up to %d but the log queue is at %d: "
@@ -316,6 +355,10 @@ class Hardener:
         """Release what the partition held and may now let go, then harden its due
         undecided batches (up to the read limit); returns the new `decided_below`."""
         state = await self._queue.state(tp)
+        if state.incarnation != self._recovered_in.get(tp, state.incarnation):
+            # Started again under this task (Redis lost it, or the topic was deleted and
+            # created anew): what the writer knows of it is of the old one.
+            raise PartitionLost(f"{tp.topic}/{tp.partition}: started again since recovered")
         head_held = False
         if state.start_offset < decided_below:
             head_held = await self._release(tp, state, decided_below)
@@ -328,8 +371,7 @@ class Hardener:
                          self._shed)
         if not due:
             return decided_below
-        config = await self._catalog.lookup(tp.topic, allow_create=False)
-        policy = HardenPolicy.SURVIVORS if config is None else config.harden
+        policy = (await self._registered(tp.topic)).harden
         plan = plan_pass(due, PassView(
             decided_below=decided_below, delivered_below=state.delivered_offset,
             skip_delivered=policy is not HardenPolicy.ALL,
@@ -376,6 +418,16 @@ class Hardener:
                     or plan.trim_below < read.batches[-1].next_offset:
                 return plan.blocked
 
+
+    async def _registered(self, topic: str) -> TopicConfig:
+        """The topic as registered; TopicGone (the task ends) once it was deleted. One that
+        Redis lost (registry and all) is adopted again from Kafka."""
+        config = await self._catalog.registry.get(topic)
+        if config is None and await self._catalog.registry.deletion(topic) is None:
+            config = await self._catalog.lookup(topic, allow_create=False)
+        if config is None:
+            raise TopicGone(f"topic {topic!r} was deleted")
+        return config
 
     async def _subscribed(self, topic: str, batches: Sequence[StoredBatch]) -> bool:
         """Whether `topic` has durable subscriptions, for the reliable_nonpersistent

@@ -17,7 +17,9 @@ Layout per partition (`{topic/partition}` is the hash tag):
                      and records buffered, and what left the queue how:
                      hardened_records/_bytes (written to Kafka), delivered_records/_bytes
                      (dropped as delivered), expired_records (never to be hardened:
-                     non-persistent levels, harden=never)
+                     non-persistent levels, harden=never); deleted (DeleteRecords: no
+                     offset below it is served or hardened) and deleted_records (removed
+                     by it)
   kiln:{t/p}:commits hash; durable subscription (group) -> committed offset
   kiln:{t/p}:pids    hash; producer id -> JSON idempotence state (epoch, last 5 batches,
                      t=time of its last append); pruned after a producer's long silence
@@ -237,6 +239,29 @@ end
 return {delivered, dropped, redis.call('HGET', meta, 'inc') or ''}
 """
 
+# DeleteRecords: every offset below ARGV[1] goes, hardened or not, because an operator asked.
+# The deleted mark (the partition's first offset through Kiln) and the hardened mark (nothing
+# below it needs hardening) advance to it, and the whole batches below it leave the log
+# queue, counted as deleted (a batch that straddles it stays whole: readers skip its earlier
+# records). Returns {code, deleted mark, hardened mark before, records removed, incarnation}:
+# code -1 when the partition has no incarnation (not started in Redis), 1 when ARGV[1] is
+# past the high watermark (nothing changed).
+_DELETE_BELOW = _TRIM_PREFIX + """
+local log, meta = KEYS[1], KEYS[2]
+local upto = tonumber(ARGV[1])
+local incarnation = redis.call('HGET', meta, 'inc')
+if not incarnation then return {-1, 0, 0, 0, ''} end
+if upto > tonumber(redis.call('HGET', meta, 'next') or '0') then
+  return {1, 0, 0, 0, incarnation}
+end
+local hardened = tonumber(redis.call('HGET', meta, 'hardened') or '0')
+advance(meta, 'deleted', upto)
+advance(meta, 'hardened', upto)
+local b0, b1 = trim_prefix(log, meta, upto)
+if b1 > b0 then redis.call('HINCRBY', meta, 'deleted_records', b1 - b0) end
+return {0, tonumber(redis.call('HGET', meta, 'deleted')), hardened, b1 - b0, incarnation}
+"""
+
 # Take or renew the hardening lease of a partition (KEYS[1]); KEYS[2] names the last owner
 # that took it and has not let go. Returns 0 when another owner holds it, 1 when this owner
 # does, 2 when this owner just took it over from one that did not let go (crashed, or
@@ -403,6 +428,9 @@ class PartitionState:
     delivered_records: int = 0
     delivered_bytes: int = 0
     expired_records: int = 0
+    # DeleteRecords: nothing below it is served or hardened (0: never asked).
+    deleted_offset: int = 0
+    deleted_records: int = 0  # removed from the log queue by DeleteRecords
 
     @property
     def start_offset(self) -> int:
@@ -429,11 +457,29 @@ class DeliverResult:
 
 
 @dataclass(frozen=True, slots=True)
+class DeleteResult:
+    """What DeleteRecords did to the log queue. `error_code` is OFFSET_OUT_OF_RANGE past
+    the high watermark, NONE otherwise (then `needs_start` says Redis holds no state for
+    the partition: nothing was changed)."""
+
+    error_code: ErrorCode
+    deleted_offset: int = 0  # the deleted mark now
+    hardened_before: int = 0  # the hardened mark before: below it, nothing left to write
+    records_removed: int = 0
+    incarnation: str = ""
+    needs_start: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class QueueRead:
     """The oldest batches of a partition, read in one incarnation of it."""
 
     incarnation: str
     batches: list[StoredBatch]
+
+
+# Every key a partition has (the layout in the module's docstring).
+PARTITION_KEY_KINDS = ("log", "meta", "commits", "pids", "lease", "writer")
 
 
 def _key(tp: TopicPartition, kind: str) -> str:
@@ -454,6 +500,7 @@ class LogQueue:
         self._finish_pass = redis.register_script(_FINISH_PASS)
         self._deliver = redis.register_script(_DELIVER)
         self._forget_producers = redis.register_script(_FORGET_PRODUCERS)
+        self._delete_below = redis.register_script(_DELETE_BELOW)
 
     @classmethod
     def from_url(cls, url: str, max_connections: int = 64) -> LogQueue:
@@ -702,6 +749,34 @@ class LogQueue:
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
 
+    async def remove_partitions(self, tps: Sequence[TopicPartition]) -> int:
+        """Drop every key of these partitions (their records, marks, durable subscriptions'
+        commits, producers' idempotence state, hardening lease): the topic is deleted. A
+        producer waiting for records dropped here finds the partition's incarnation gone.
+        Returns how many keys there were."""
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for tp in tps:  # one command per partition: its keys share a hash tag
+                    pipe.delete(*(_key(tp, kind) for kind in PARTITION_KEY_KINDS))
+                return sum(int(n) for n in await pipe.execute())
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+
+    async def delete_below(self, tp: TopicPartition, offset: int) -> DeleteResult:
+        """DeleteRecords: nothing below `offset` is served or hardened any more; its whole
+        batches leave the log queue now (see _DELETE_BELOW)."""
+        try:
+            code, deleted, hardened, removed, incarnation = await self._delete_below(
+                keys=[_key(tp, "log"), _key(tp, "meta")], args=[offset])
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        if int(code) < 0:
+            return DeleteResult(ErrorCode.NONE, needs_start=True)
+        if int(code) > 0:
+            return DeleteResult(ErrorCode.OFFSET_OUT_OF_RANGE, incarnation=_text(incarnation))
+        return DeleteResult(ErrorCode.NONE, int(deleted), int(hardened), int(removed),
+                            _text(incarnation))
+
     async def started(self, tp: TopicPartition) -> bool:
         """Whether the partition has an incarnation of the Redis process serving now."""
         try:
@@ -811,4 +886,6 @@ def _partition_state(raw: Mapping[Any, Any]) -> PartitionState:
         delivered_bytes=number(b"delivered_bytes"),
         expired_records=number(b"expired_records"),
         incarnation=_text(raw.get(b"inc", b"")),
+        deleted_offset=number(b"deleted"),
+        deleted_records=number(b"deleted_records"),
     )

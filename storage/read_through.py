@@ -10,6 +10,9 @@ back rebuilt in Kiln offsets, as the hot tier serves them (proxy.protocol.record
 
 Kafka failures surface as the storage layer's errors: HardenedStoreUnavailable (retriable)
 when Kafka cannot be reached, HardenedStoreRejected otherwise.
+
+The same mapping serves DeleteRecords through Kiln: records below a Kiln offset are deleted
+from Kafka below the Kafka offset of the first record at or above it.
 """
 
 from __future__ import annotations
@@ -27,16 +30,20 @@ from proxy.protocol.records import (
     BatchSpan,
     LocatedRecord,
     batch_spans,
+    decode_records,
     first_record_at_or_after,
+    kiln_offset_of,
     record_set_end,
     to_kiln_offsets,
 )
 from storage.errors import (
+    Fenced,
     HardenedStoreRejected,
     HardenedStoreUnavailable,
     HardenedTopicMissing,
     StorageError,
 )
+from storage.hardened_store import Fence, HardenedPartitionWriter
 from storage.kafka.client import EARLIEST, FetchResult, KafkaClient
 from storage.kiln_positions import KilnPositions
 from storage.model import TopicPartition
@@ -50,6 +57,7 @@ _MAX_FETCH_BYTES = 4 * 1024 * 1024
 # Batches read through without finding a record to serve before a read gives up for now.
 _MAX_FETCHES_PER_READ = 16
 _MAX_PROBES = 128
+_FENCE_ATTEMPTS = 3
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -129,6 +137,11 @@ class ColdReader:
             else:
                 probe = await self._probe(tp, log_start)
                 kiln_offset = None if probe.span is None else probe.span.first.kiln_offset
+                if probe.span is not None and probe.span.first.kafka_offset < log_start:
+                    # DeleteRecords left the log start inside a batch: its first record
+                    # from there on.
+                    first = await self._first_record(tp, log_start)
+                    kiln_offset = None if first is None else first.kiln_offset
         except HardenedTopicMissing:
             self._positions.forget(tp)
             log_start, kiln_offset = 0, None
@@ -186,16 +199,14 @@ class ColdReader:
             earliest = known.kiln_offset
         if earliest is None or kiln_offset < earliest:
             return ColdRead(b"", None, earliest)
-        position = await self._locate(tp, kiln_offset)
+        position = await self._locate_readable(tp, kiln_offset)
         fetch_bytes = max(1, min(max_bytes, self._max_fetch_bytes))
         for _ in range(_MAX_FETCHES_PER_READ):
             if position is None:
                 return ColdRead(b"", None, earliest)
             result = await self._fetch(tp, position, fetch_bytes)
             if result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
-                # Retention moved the log start, or the facts outlived the log they describe.
-                self._positions.forget(tp)
-                position = await self._locate(tp, kiln_offset)
+                position = await self._after_out_of_range(tp, kiln_offset)
                 continue
             rebuilt = _decoded(to_kiln_offsets, result.records, kiln_offset, max_bytes,
                                at_least_one=at_least_one)
@@ -248,7 +259,152 @@ class ColdReader:
         start = await self._search(tp, side, 0, None)
         return None if start is None else await self._first_record(tp, start, timestamp)
 
+    async def max_timestamp_record(self, tp: TopicPartition) -> LocatedRecord | None:
+        """The record with the largest timestamp (the first of them on a tie), in Kiln
+        offsets (None: Kafka holds no record).
+
+        Kafka's ListOffsets MAX_TIMESTAMP names it, unless the largest timestamp is a control
+        batch's (a fence's abort marker carries the time it was written) or the broker does
+        not know the query: then every data batch's max timestamp is looked at.
+        """
+        try:
+            position, timestamp = await self._client.max_timestamp(tp.topic, tp.partition)
+        except HardenedTopicMissing:
+            return None
+        except HardenedStoreRejected as exc:
+            log.debug("%s/%d: no MAX_TIMESTAMP from Kafka (%s); scanning", tp.topic,
+                      tp.partition, exc)
+        else:
+            if position < 0:
+                return None  # no record at all
+            found = await self._first_record(tp, position, timestamp)
+            if found is not None:
+                return found
+        return await self._scan_max_timestamp(tp)
+
+    async def _scan_max_timestamp(self, tp: TopicPartition) -> LocatedRecord | None:
+        """Every data record from Kafka's log start on (a batch it starts inside of holds
+        deleted records before it)."""
+        log_start = position = await self._client.list_offset(tp.topic, tp.partition,
+                                                              EARLIEST)
+        best: LocatedRecord | None = None
+        while True:
+            result = await self._fetch(tp, position, self._max_fetch_bytes)
+            if result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                start = await self._client.list_offset(tp.topic, tp.partition, EARLIEST)
+                if start <= position:
+                    break  # past the end
+                log_start = position = start
+                continue
+            for record in _decoded(decode_records, result.records):
+                if record.offset < log_start:
+                    continue
+                if best is None or record.timestamp > best.timestamp:
+                    found = kiln_offset_of(record.headers)
+                    best = LocatedRecord(record.offset,
+                                         record.offset if found is None else found,
+                                         record.timestamp)
+            end = record_set_end(result.records)
+            if end is None or end <= position:
+                if position < result.high_watermark:
+                    raise HardenedStoreUnavailable(
+                        f"{tp.topic}[{tp.partition}]: no records at {position} below the "
+                        f"high watermark {result.high_watermark}")
+                break
+            position = end
+        return best
+
+    # --- deleting (DeleteRecords through Kiln: storage.record_deletion) ----------------------
+
+    async def check_deletable(self, tp: TopicPartition) -> None:
+        """Raise what Kafka would answer a DeleteRecords of the partition with (a compacted
+        topic: POLICY_VIOLATION; Kafka unreachable), before anything is deleted anywhere. A
+        DeleteRecords at offset 0 moves nothing."""
+        try:
+            await self._client.delete_records(tp.topic, tp.partition, 0)
+        except HardenedTopicMissing:
+            return
+
+    async def fence_writers(self, tp: TopicPartition) -> None:
+        """Make a hardening write of the partition still in flight fail rather than land
+        later (storage.hardened_store: an abort marker at the leader, if Kiln ever hardened
+        the partition). The writer that was fenced recovers and reads the marks again."""
+        for attempt in range(1, _FENCE_ATTEMPTS + 1):
+            try:
+                await HardenedPartitionWriter(self._client, tp.topic, tp.partition).recover(
+                    Fence.IF_EVER_WRITTEN)
+                return
+            except HardenedTopicMissing:
+                return
+            except Fenced:
+                # A hardener recovering at the same moment bumped the epoch between ours
+                # and our marker: fence again, over its epoch.
+                if attempt == _FENCE_ATTEMPTS:
+                    raise
+
+    async def delete_below(self, tp: TopicPartition, kiln_offset: int) -> None:
+        """Delete from Kafka every record whose Kiln offset is below `kiln_offset`: Kafka's
+        log start moves to the first record at or above it (into a batch, if one straddles
+        it), or to Kafka's end when it holds none. Safe to ask again."""
+        try:
+            target = await self._kafka_offset_of(tp, kiln_offset)
+            if target is None:
+                target = await self._client.high_watermark(tp.topic, tp.partition)
+            low_watermark = await self._client.delete_records(tp.topic, tp.partition, target)
+            log.info("%s/%d: records below Kiln offset %d deleted from Kafka (log start %d)",
+                     tp.topic, tp.partition, kiln_offset, low_watermark)
+        except HardenedTopicMissing:
+            return
+        finally:
+            self._earliest.pop(tp, None)
+            self._positions.forget(tp)
+
+    async def _kafka_offset_of(self, tp: TopicPartition, kiln_offset: int) -> int | None:
+        """The Kafka offset of the first record whose Kiln offset is `kiln_offset` or more
+        (None: Kafka holds none)."""
+        position = await self._locate_readable(tp, kiln_offset)
+        for _ in range(_MAX_FETCHES_PER_READ):
+            if position is None:
+                return None
+            result = await self._fetch(tp, position, self._max_fetch_bytes)
+            if result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                position = await self._after_out_of_range(tp, kiln_offset)
+                continue
+            for record in _decoded(decode_records, result.records):
+                found = kiln_offset_of(record.headers)
+                if record.offset >= position and \
+                        (record.offset if found is None else found) >= kiln_offset:
+                    return record.offset
+            end = record_set_end(result.records)
+            if end is None or end <= position:
+                if position < result.high_watermark:
+                    raise HardenedStoreUnavailable(
+                        f"{tp.topic}[{tp.partition}]: no records at {position} below the "
+                        f"high watermark {result.high_watermark}")
+                return None
+            position = end
+        raise HardenedStoreUnavailable(
+            f"{tp.topic}[{tp.partition}]: Kiln offset {kiln_offset} not found in Kafka")
+
     # --- finding records ---------------------------------------------------------------------
+
+    async def _locate_readable(self, tp: TopicPartition, kiln_offset: int) -> int | None:
+        """As `_locate`, but never below Kafka's log start as last learned: DeleteRecords
+        can leave the log start inside a batch, and a fetch from that batch's start is
+        refused (OFFSET_OUT_OF_RANGE), while one from the log start returns the batch."""
+        position = await self._locate(tp, kiln_offset)
+        known = self._earliest.get(tp)
+        if position is not None and known is not None and position < known.log_start:
+            return known.log_start
+        return position
+
+    async def _after_out_of_range(self, tp: TopicPartition, kiln_offset: int) -> int | None:
+        """Where to read next after Kafka refused a fetch: the log start moved (retention,
+        DeleteRecords) or the facts outlived the log they describe."""
+        log_start = await self._client.list_offset(tp.topic, tp.partition, EARLIEST)
+        self._positions.forget(tp)
+        position = await self._locate(tp, kiln_offset)
+        return None if position is None else max(position, log_start)
 
     async def _locate(self, tp: TopicPartition, kiln_offset: int) -> int | None:
         """A Kafka offset to read from for the first record at or above `kiln_offset`: that

@@ -105,6 +105,17 @@ class SubscriptionRegistry:
         await self.all(fresh=True)
         return removed
 
+    async def forget_topic(self, topic: str) -> int:
+        """Unregister every durable subscription of a deleted topic; how many there were."""
+        groups = await self.groups(topic, fresh=True)
+        if groups:
+            try:
+                await self._redis.hdel(_KEY, *(f"{topic}/{group}" for group in groups))
+            except (RedisError, OSError) as exc:
+                raise BufferUnavailable(str(exc)) from exc
+            await self.all(fresh=True)
+        return len(groups)
+
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value

@@ -3,6 +3,11 @@
 Kept in one hash (`kiln:topics`, name -> JSON) so every Kiln process sees the same topics;
 HSETNX makes creation race-free between processes. A policy changed by another process
 (`kiln topics alter`) is seen here within CACHE_TTL_S.
+
+Deleted topics leave a note in `kiln:topics:deleted` (name -> JSON: the partitions the topic
+had, when its deletion started and when it finished) so that no Kiln process brings the
+topic back from a listing of Kafka taken before it was deleted, and so that a topic created
+anew under the name starts from clean partitions.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -21,11 +26,72 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from proxy.protocol.errors import ErrorCode, KafkaError
-from storage.errors import BufferUnavailable
+from storage.errors import BufferUnavailable, StorageError
 from storage.model import Reliability
 
 _TOPICS_KEY = "kiln:topics"
+_DELETED_KEY = "kiln:topics:deleted"
+# How long the note of a finished deletion is kept.
+_DELETION_KEPT_MS = 3_600_000
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+class TopicGone(StorageError):
+    """The topic was deleted (or deleted and created anew) while it was being worked on."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, message)
+
+
+@dataclass(frozen=True, slots=True)
+class Deletion:
+    """The note a deleted topic leaves (see the module's docstring)."""
+
+    partitions: int  # the most partitions the topic had, in Kiln or in Kafka
+    started_ms: int
+    finished_ms: int | None  # None while the deletion is under way (or was interrupted)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Deletion:
+        raw = json.loads(text)
+        finished = raw.get("finished_ms")
+        return cls(int(raw["partitions"]), int(raw["started_ms"]),
+                   None if finished is None else int(finished))
+
+
+# Grows a registered topic (KEYS[1], field ARGV[1]) of id ARGV[2] to ARGV[3] partitions;
+# returns the stored JSON after the change, or nil when the topic is not (or no longer) that.
+_GROW = """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if not raw then return nil end
+local config = cjson.decode(raw)
+if config['topic_id'] ~= ARGV[2] then return nil end
+if tonumber(config['partitions']) < tonumber(ARGV[3]) then
+  config['partitions'] = tonumber(ARGV[3])
+  raw = cjson.encode(config)
+  redis.call('HSET', KEYS[1], ARGV[1], raw)
+end
+return raw
+"""
+
+
+# Writes the policies of ARGV[2] (a topic's JSON) over the registered topic (KEYS[1], field
+# ARGV[1]) of the same id, keeping its partition count; returns the stored JSON after the
+# change, or nil when the topic is not (or no longer) registered under that id.
+_SET_POLICIES = """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if not raw then return nil end
+local current = cjson.decode(raw)
+local wanted = cjson.decode(ARGV[2])
+if current['topic_id'] ~= wanted['topic_id'] then return nil end
+wanted['partitions'] = current['partitions']
+raw = cjson.encode(wanted)
+redis.call('HSET', KEYS[1], ARGV[1], raw)
+return raw
+"""
 
 
 class HardenPolicy(enum.Enum):
@@ -183,6 +249,17 @@ def kiln_configs(config: TopicConfig) -> dict[str, str]:
     }
 
 
+def with_kiln_defaults(config: TopicConfig, names: Iterable[str]) -> TopicConfig:
+    """`config` with the named `kiln.*` settings back at Kiln's defaults (a config being
+    deleted, or left out of a config set that replaces them all); unknown names are left
+    alone. Run the result through with_kiln_configs: under kiln.harden=never a level back at
+    its default is capped."""
+    defaults = {f.name: f.default for f in dataclasses.fields(TopicConfig)}
+    changes: dict[str, Any] = {_KILN_CONFIGS[name][0]: defaults[_KILN_CONFIGS[name][0]]
+                               for name in names if name in _KILN_CONFIGS}
+    return dataclasses.replace(config, **changes)
+
+
 # How old a cached topic may be: a policy changed in Redis applies within this time.
 CACHE_TTL_S = 1.0
 
@@ -195,10 +272,13 @@ class TopicRegistry:
         self._redis = redis
         self._ttl_s = ttl_s
         self._cache: dict[str, tuple[TopicConfig, float]] = {}  # name -> (config, read at)
+        self._grow = redis.register_script(_GROW)
+        self._set_policies = redis.register_script(_SET_POLICIES)
 
-    async def get(self, name: str) -> TopicConfig | None:
+    async def get(self, name: str, *, fresh: bool = False) -> TopicConfig | None:
+        """The topic; with `fresh`, as Redis holds it now (not from the cache)."""
         found = self._cache.get(name)
-        if found is not None and time.monotonic() - found[1] <= self._ttl_s:
+        if not fresh and found is not None and time.monotonic() - found[1] <= self._ttl_s:
             return found[0]
         try:
             raw = await self._redis.hget(_TOPICS_KEY, name)
@@ -243,6 +323,94 @@ class TopicRegistry:
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
         self._cache[config.name] = (config, time.monotonic())
+
+    async def update_policies(self, config: TopicConfig) -> TopicConfig:
+        """Write `config`'s policies (its `kiln.*` settings) and nothing else: the partition
+        count stays as Redis has it, so a topic grown meanwhile by another request is not
+        shrunk back. TopicGone when the topic is no longer registered under its id."""
+        try:
+            raw = await self._set_policies(keys=[_TOPICS_KEY],
+                                           args=[config.name, config.to_json()])
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        if raw is None:
+            self._cache.pop(config.name, None)
+            raise TopicGone(f"topic {config.name!r} was deleted")
+        updated = TopicConfig.from_json(raw)
+        self._cache[config.name] = (updated, time.monotonic())
+        return updated
+
+    async def grow(self, config: TopicConfig, partitions: int) -> TopicConfig:
+        """The topic with (at least) `partitions` partitions, its policies as they are now
+        (another process may have altered them); TopicGone when it is no longer registered
+        under its id."""
+        try:
+            raw = await self._grow(keys=[_TOPICS_KEY],
+                                   args=[config.name, config.topic_id, partitions])
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        if raw is None:
+            self._cache.pop(config.name, None)
+            raise TopicGone(f"topic {config.name!r} was deleted")
+        grown = TopicConfig.from_json(raw)
+        self._cache[config.name] = (grown, time.monotonic())
+        return grown
+
+    async def remove(self, name: str) -> bool:
+        """Unregister the topic; False when it was not registered."""
+        self._cache.pop(name, None)
+        try:
+            return bool(await self._redis.hdel(_TOPICS_KEY, name))
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+
+    # --- notes of deleted topics -----------------------------------------------------------
+
+    async def deletion_started(self, name: str, partitions: int, now_ms: int) -> None:
+        """Note that the topic's deletion begins (forgetting notes kept long enough)."""
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.hset(_DELETED_KEY, name, Deletion(partitions, now_ms, None).to_json())
+                pipe.hgetall(_DELETED_KEY)
+                _, notes = await pipe.execute()
+            expired = [field for field, raw in notes.items()
+                       if _expired(Deletion.from_json(raw), now_ms)]
+            if expired:
+                await self._redis.hdel(_DELETED_KEY, *expired)
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+
+    async def deletion_finished(self, name: str, note: Deletion, now_ms: int) -> None:
+        await self._write_note(name, dataclasses.replace(note, finished_ms=now_ms))
+
+    async def deletion(self, name: str) -> Deletion | None:
+        try:
+            raw = await self._redis.hget(_DELETED_KEY, name)
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        return None if raw is None else Deletion.from_json(raw)
+
+    async def forget_deletion(self, name: str) -> Deletion | None:
+        """Take the note away (a topic is created anew under the name, or its deletion
+        did not happen); returns it to the one caller that took it."""
+        try:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.hget(_DELETED_KEY, name)
+                pipe.hdel(_DELETED_KEY, name)
+                raw, removed = await pipe.execute()
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        return Deletion.from_json(raw) if raw is not None and removed else None
+
+    async def _write_note(self, name: str, note: Deletion) -> None:
+        try:
+            await self._redis.hset(_DELETED_KEY, name, note.to_json())
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+
+
+def _expired(note: Deletion, now_ms: int) -> bool:
+    return note.finished_ms is not None and now_ms - note.finished_ms > _DELETION_KEPT_MS
 
 
 def _text(value: bytes | str) -> str:

@@ -44,10 +44,19 @@ class ApiKey(enum.IntEnum):
     LIST_GROUPS = 16
     API_VERSIONS = 18
     CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
     ADD_PARTITIONS_TO_TXN = 24
     END_TXN = 26
     DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
+    INCREMENTAL_ALTER_CONFIGS = 44
+    OFFSET_DELETE = 47
+    DESCRIBE_CLUSTER = 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,13 +97,34 @@ CLIENT_APIS: dict[int, ApiSpec] = {
             producer.InitProducerIdRequest,
             producer.InitProducerIdResponse,
         ),
-        _spec(ApiKey.CREATE_TOPICS, 0, 7, admin.CreateTopicsRequest, admin.CreateTopicsResponse),
+        # Topic administration: from the lowest version Apache Kafka 4 still serves (KIP-896).
+        _spec(ApiKey.CREATE_TOPICS, 2, 7, admin.CreateTopicsRequest, admin.CreateTopicsResponse),
+        _spec(ApiKey.DELETE_TOPICS, 1, 6, admin.DeleteTopicsRequest, admin.DeleteTopicsResponse),
+        _spec(ApiKey.CREATE_PARTITIONS, 0, 3, admin.CreatePartitionsRequest,
+              admin.CreatePartitionsResponse),
+        # Configs (Kafka's for the hardened topic, Kiln's `kiln.*` policies) and the cluster:
+        # the versions kafka-python encodes that Apache Kafka 4 still serves (KIP-896).
+        _spec(ApiKey.DESCRIBE_CONFIGS, 1, 4, admin.DescribeConfigsRequest,
+              admin.DescribeConfigsResponse),
+        _spec(ApiKey.ALTER_CONFIGS, 0, 2, admin.AlterConfigsRequest, admin.AlterConfigsResponse),
+        _spec(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1, admin.IncrementalAlterConfigsRequest,
+              admin.IncrementalAlterConfigsResponse),
+        _spec(ApiKey.DESCRIBE_CLUSTER, 0, 2, admin.DescribeClusterRequest,
+              admin.DescribeClusterResponse),
         # Advertised for librdkafka too: it only uses record batches v2 (and zstd) when the
         # broker offers Fetch v4 (v10).
         _spec(ApiKey.FETCH, 4, 12, consumer.FetchRequest, consumer.FetchResponse),
+        # v7+ asks for the record with the largest timestamp (-3), v8+ for the local log start
+        # (-4), v9+ and v11+ for tiered-storage positions (-5, -6), answered as a Kafka
+        # without tiered storage answers them.
         _spec(
-            ApiKey.LIST_OFFSETS, 1, 8, consumer.ListOffsetsRequest, consumer.ListOffsetsResponse
+            ApiKey.LIST_OFFSETS, 1, 11, consumer.ListOffsetsRequest, consumer.ListOffsetsResponse
         ),
+        # Consumers that detect truncation ask it after a leader change (Kafka 4 serves 2+).
+        _spec(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4, consumer.OffsetForLeaderEpochRequest,
+              consumer.OffsetForLeaderEpochResponse),
+        _spec(ApiKey.DELETE_RECORDS, 0, 2, admin.DeleteRecordsRequest,
+              admin.DeleteRecordsResponse),
         # librdkafka compresses with lz4 only for brokers that offer FindCoordinator.
         _spec(
             ApiKey.FIND_COORDINATOR,
@@ -118,6 +148,9 @@ CLIENT_APIS: dict[int, ApiSpec] = {
             ApiKey.DESCRIBE_GROUPS, 0, 5, admin.DescribeGroupsRequest, admin.DescribeGroupsResponse
         ),
         _spec(ApiKey.LIST_GROUPS, 0, 4, admin.ListGroupsRequest, admin.ListGroupsResponse),
+        _spec(ApiKey.DELETE_GROUPS, 0, 2, admin.DeleteGroupsRequest, admin.DeleteGroupsResponse),
+        _spec(ApiKey.OFFSET_DELETE, 0, 0, consumer.OffsetDeleteRequest,
+              consumer.OffsetDeleteResponse),
     )
 }
 

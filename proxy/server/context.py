@@ -10,6 +10,7 @@ from proxy.server.limits import ListenerLimits, ListenerMemory
 from storage.acks import SettledWaiters
 from storage.appender import Appender
 from storage.appends import AppendSignals
+from storage.broker_configs import BrokerConfigs
 from storage.budget import BufferBudget
 from storage.catalog import Catalog
 from storage.clock import wall_clock_ms
@@ -19,6 +20,7 @@ from storage.log_queue import LogQueue
 from storage.observability.metrics import KilnMetrics
 from storage.policy.observer import DelayObserver
 from storage.read_through import ColdReader
+from storage.topic_configs import TopicConfigs
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,10 @@ class KilnContext:
     delivery: Delivery
     groups: GroupCoordinator
     delay: DelayObserver  # told about every append (senders, rates, append times)
+    # Configs through Kiln: a topic's (Kafka's and Kiln's `kiln.*`), and those of the Kafka
+    # brokers Kiln's node stands for.
+    topic_configs: TopicConfigs
+    broker_configs: BrokerConfigs
     appends: AppendSignals = field(default_factory=AppendSignals)
     clock_ms: Callable[[], int] = wall_clock_ms
     counters: ServerCounters = field(default_factory=ServerCounters)

@@ -11,14 +11,23 @@ from proxy.protocol.apis import ApiKey, Message, Request, encode_response, error
 from proxy.protocol.errors import ErrorCode, KafkaError
 from proxy.server.context import KilnContext
 from proxy.server.handlers import (
+    alter_configs,
     api_versions,
+    create_partitions,
     create_topics,
+    delete_groups,
+    delete_records,
+    delete_topics,
+    describe_cluster,
+    describe_configs,
     fetch,
     find_coordinator,
     groups,
     init_producer_id,
     list_offsets,
     metadata,
+    offset_delete,
+    offset_for_leader_epoch,
     offsets,
     produce,
 )
@@ -35,8 +44,17 @@ HANDLERS: dict[int, tuple[Handler, ErrorBuilder | None]] = {
     ApiKey.PRODUCE: (produce.handle, produce.error_response),
     ApiKey.INIT_PRODUCER_ID: (init_producer_id.handle, None),
     ApiKey.CREATE_TOPICS: (create_topics.handle, create_topics.error_response),
+    ApiKey.DELETE_TOPICS: (delete_topics.handle, delete_topics.error_response),
+    ApiKey.CREATE_PARTITIONS: (create_partitions.handle, create_partitions.error_response),
+    ApiKey.DESCRIBE_CONFIGS: (describe_configs.handle, describe_configs.error_response),
+    ApiKey.ALTER_CONFIGS: (alter_configs.alter, alter_configs.error_response),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (alter_configs.incremental_alter,
+                                       alter_configs.error_response),
+    ApiKey.DESCRIBE_CLUSTER: (describe_cluster.handle, describe_cluster.error_response),
     ApiKey.FETCH: (fetch.handle, fetch.error_response),
     ApiKey.LIST_OFFSETS: (list_offsets.handle, None),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (offset_for_leader_epoch.handle, None),
+    ApiKey.DELETE_RECORDS: (delete_records.handle, delete_records.error_response),
     ApiKey.FIND_COORDINATOR: (find_coordinator.handle, find_coordinator.error_response),
     ApiKey.JOIN_GROUP: (groups.join, groups.join_error),
     ApiKey.SYNC_GROUP: (groups.sync, groups.sync_error),
@@ -46,6 +64,8 @@ HANDLERS: dict[int, tuple[Handler, ErrorBuilder | None]] = {
     ApiKey.LIST_GROUPS: (groups.list_groups, groups.list_groups_error),
     ApiKey.OFFSET_COMMIT: (offsets.commit, offsets.commit_error),
     ApiKey.OFFSET_FETCH: (offsets.fetch, offsets.fetch_error),
+    ApiKey.DELETE_GROUPS: (delete_groups.handle, delete_groups.error_response),
+    ApiKey.OFFSET_DELETE: (offset_delete.handle, offset_delete.error_response),
 }
 
 

@@ -35,6 +35,7 @@ from typing import Any
 from proxy.protocol.errors import ErrorCode
 from storage.clock import wall_clock_ms
 from storage.errors import StorageError
+from storage.groups.consumer_protocol import CONSUMER_PROTOCOL_TYPE, is_subscribed
 from storage.groups.locks import KeyedLocks
 from storage.groups.membership import Group, is_standalone_commit, join_precheck
 from storage.groups.model import (
@@ -93,6 +94,16 @@ class _Waiter:
     future: asyncio.Future[Any]
     # The answer if the group is dropped before the state machine answers.
     failure: Reply
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeletion:
+    """What an OffsetDelete did: a group-level error, or the topics left alone because the
+    group's members are subscribed to them, and the partitions whose offsets are gone."""
+
+    error_code: ErrorCode
+    subscribed_topics: frozenset[str] = frozenset()
+    deleted: tuple[TopicPartition, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +260,64 @@ class GroupCoordinator:
                             ) -> dict[TopicPartition, CommittedOffset]:
         """The committed offsets among `tps` (every committed one when None)."""
         return await self._store.load_offsets(group_id, tps)
+
+    # --- deleting ------------------------------------------------------------------------
+
+    async def delete_group(self, group_id: str) -> ErrorCode:
+        """Delete a group without members, its metadata and committed offsets (Kafka's
+        DeleteGroups): GROUP_ID_NOT_FOUND for a group Kiln does not know, NON_EMPTY_GROUP
+        for one with members."""
+        async with self._locks.hold(group_id):
+            loaded = await self._get(group_id, create=False)
+            if loaded is None:
+                stored = await self._store.load(group_id)
+                if stored.record is None and not await self._store.has_offsets(group_id):
+                    return ErrorCode.GROUP_ID_NOT_FOUND
+                revision = stored.revision
+            elif loaded.group.state is not GroupState.EMPTY:
+                return ErrorCode.NON_EMPTY_GROUP
+            else:
+                revision = loaded.redis_revision
+            try:
+                await self._store.delete(group_id, revision)
+            finally:
+                # Deleted, or changed by another process: either way reloaded on next use.
+                if loaded is not None:
+                    self._abandon(loaded)
+            log.info("group %s deleted", group_id)
+            return ErrorCode.NONE
+
+    async def delete_offsets(self, group_id: str, tps: Sequence[TopicPartition]
+                             ) -> OffsetDeletion:
+        """Delete the group's committed offsets of `tps` (Kafka's OffsetDelete), except those
+        of topics its members are subscribed to."""
+        if not group_id:
+            return OffsetDeletion(ErrorCode.INVALID_GROUP_ID)
+        async with self._locks.hold(group_id):
+            loaded = await self._get(group_id, create=False)
+            if loaded is None:
+                stored = await self._store.load(group_id)
+                if stored.record is None and not await self._store.has_offsets(group_id):
+                    return OffsetDeletion(ErrorCode.GROUP_ID_NOT_FOUND)
+                revision, subscribed = stored.revision, frozenset[str]()
+            else:
+                group = loaded.group
+                if group.state is not GroupState.EMPTY \
+                        and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+                    return OffsetDeletion(ErrorCode.NON_EMPTY_GROUP)
+                metadata = [m.metadata(group.protocol_name) for m in group.members.values()]
+                subscribed = frozenset(
+                    topic for topic in {tp.topic for tp in tps}
+                    if is_subscribed(topic, group.protocol_type, group.protocol_name, metadata))
+                revision = loaded.redis_revision
+            deleted = [tp for tp in tps if tp.topic not in subscribed]
+            try:
+                await self._store.delete_offsets(group_id, deleted, revision)
+            except GroupConflict:
+                if loaded is not None:
+                    self._abandon(loaded)
+                raise
+            return OffsetDeletion(ErrorCode.NONE, subscribed, tuple(deleted))
 
     # --- loading, persisting, answering, timers ------------------------------------------
 

@@ -10,7 +10,9 @@ Metadata is written only over the revision it was read at, and offsets only whil
 revision is still the one their committer was validated against (one Lua script each, on
 keys of one hash tag): two Kiln processes that both hold a group in memory cannot overwrite
 each other's membership, nor store a commit validated against a membership that is gone.
-The loser gets GroupConflict, reloads and has its client retry.
+The loser gets GroupConflict, reloads and has its client retry. Deleting a group
+(DeleteGroups) or some of its offsets (OffsetDelete) is checked against the revision the
+same way: a group another process changed since is not deleted from under it.
 
 `<group>` is the group id percent-encoded (braces included), so any group id, even one with
 braces, yields one well-formed tag; the empty group id (allowed for offset commits) is "%".
@@ -54,6 +56,22 @@ end
 return 1
 """
 
+# KEYS: meta, offsets, rev. ARGV: expected revision. Deletes the group's metadata, offsets and
+# revision (1), unless another process wrote the group since (0, nothing deleted).
+_DELETE = """
+if tonumber(redis.call('GET', KEYS[3]) or '0') ~= tonumber(ARGV[1]) then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+return 1
+"""
+
+# KEYS: offsets, rev. ARGV: expected revision, then fields. Deletes those committed offsets
+# and returns how many there were, or -1 when the group changed since (nothing deleted).
+_DELETE_OFFSETS = """
+if tonumber(redis.call('GET', KEYS[2]) or '0') ~= tonumber(ARGV[1]) then return -1 end
+if #ARGV < 2 then return 0 end
+return redis.call('HDEL', KEYS[1], unpack(ARGV, 2))
+"""
+
 
 class GroupConflict(StorageError):
     """Another Kiln process changed the group since this one read it; retriable once the
@@ -90,6 +108,8 @@ class GroupStore:
         self._redis = redis
         self._save = redis.register_script(_SAVE)
         self._save_offsets = redis.register_script(_SAVE_OFFSETS)
+        self._delete = redis.register_script(_DELETE)
+        self._delete_offsets = redis.register_script(_DELETE_OFFSETS)
 
     @classmethod
     def from_url(cls, url: str) -> GroupStore:
@@ -164,3 +184,55 @@ class GroupStore:
             raise BufferUnavailable(str(exc)) from exc
         return {tp: offset_from_json(v) for tp, v in zip(tps, values, strict=True)
                 if v is not None}
+
+    async def forget_partitions(self, tps: Sequence[TopicPartition]) -> int:
+        """Remove every group's committed offsets of these partitions (their topic was
+        deleted, and Kafka's group coordinator forgets such offsets too); how many there
+        were."""
+        fields = [_field(tp) for tp in tps]
+        if not fields:
+            return 0
+        try:
+            group_ids = await self._redis.smembers(GROUPS_KEY)
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for group_id in group_ids:
+                    text = group_id.decode() if isinstance(group_id, bytes) else group_id
+                    pipe.hdel(group_key(text, "offsets"), *fields)
+                return sum(int(n) for n in await pipe.execute())
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+
+    async def has_offsets(self, group_id: str) -> bool:
+        try:
+            return bool(await self._redis.exists(group_key(group_id, "offsets")))
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+
+    async def delete(self, group_id: str, revision: int) -> None:
+        """Delete the group (metadata and committed offsets) as read at `revision`;
+        GroupConflict (nothing deleted) when another process wrote it since."""
+        try:
+            deleted = await self._delete(
+                keys=[group_key(group_id, "meta"), group_key(group_id, "offsets"),
+                      group_key(group_id, "rev")], args=[revision])
+            if deleted:
+                await self._redis.srem(GROUPS_KEY, group_id)
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        if not deleted:
+            raise GroupConflict(group_id)
+
+    async def delete_offsets(self, group_id: str, tps: Sequence[TopicPartition],
+                             revision: int) -> int:
+        """Delete the group's committed offsets of `tps`, validated against the group at
+        `revision`; how many there were. GroupConflict (nothing deleted) when the group
+        changed since."""
+        try:
+            deleted = int(await self._delete_offsets(
+                keys=[group_key(group_id, "offsets"), group_key(group_id, "rev")],
+                args=[revision, *(_field(tp) for tp in tps)]))
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        if deleted < 0:
+            raise GroupConflict(group_id)
+        return deleted

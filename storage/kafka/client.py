@@ -15,12 +15,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import kafka.errors
-from kafka.protocol.admin import CreateTopicsRequest
+from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    DeleteRecordsRequest,
+    DeleteTopicsRequest,
+    DescribeConfigsRequest,
+    IncrementalAlterConfigsRequest,
+)
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import (
@@ -45,6 +53,8 @@ log = logging.getLogger(__name__)
 
 EARLIEST = -2
 LATEST = -1
+MAX_TIMESTAMP = -3
+_MAX_TIMESTAMP_VERSION = 7  # the first ListOffsets version that knows MAX_TIMESTAMP
 _TRANSACTION_COORDINATOR = 1
 _COORDINATOR_ATTEMPTS = 10
 _COORDINATOR_BACKOFF_S = 0.1
@@ -52,6 +62,8 @@ _COORDINATOR_MAX_BACKOFF_S = 0.5  # 10 attempts: about 4 s, a new cluster's tran
 _LEADER_POLL_S = 0.05
 _READ_ATTEMPTS = 2
 _FENCED_CODES = frozenset({ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH})
+_ZERO_UUID = uuid.UUID(int=0)
+_BROKER_RESOURCE = 4  # DescribeConfigs resource type of a broker
 
 
 # Waits (ms) of the fetches that ask again after an empty answer below the high watermark.
@@ -105,6 +117,60 @@ class FetchResult:
     last_stable_offset: int
     log_start_offset: int
     records: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class TopicCreation:
+    """Kafka's answer to creating (or, validate_only, checking) one topic, refusals
+    included: its error code and message are for the client that asked."""
+
+    error_code: int
+    error_message: str | None
+    num_partitions: int  # -1 where Kafka did not say
+    replication_factor: int  # -1 where Kafka did not say
+    configs: tuple[DescribedConfig, ...]  # as CreateTopics v5+ describes them
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSynonym:
+    name: str
+    value: str | None
+    source: int  # a ConfigSource id
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedConfig:
+    """One config as DescribeConfigs describes it (the fields of its latest version)."""
+
+    name: str
+    value: str | None
+    read_only: bool
+    config_source: int  # Kafka's ConfigSource id: 1 set on the topic, 5 the default, ...
+    is_sensitive: bool
+    synonyms: tuple[ConfigSynonym, ...] = ()  # only when asked for
+    config_type: int = 0  # Kafka's ConfigType id; 0 unknown
+    documentation: str | None = None  # only when asked for
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedResource:
+    """DescribeConfigs' answer for one resource: its configs, or the error instead."""
+
+    error_code: int
+    error_message: str | None
+    configs: tuple[DescribedConfig, ...] = ()
+
+
+def _described_resource(result: Any) -> DescribedResource:
+    return DescribedResource(
+        int(result.error_code), result.error_message,
+        tuple(DescribedConfig(
+            c.name, c.value, bool(c.read_only), int(getattr(c, "config_source", -1)),
+            bool(c.is_sensitive),
+            tuple(ConfigSynonym(s.name, s.value, int(s.source))
+                  for s in getattr(c, "synonyms", None) or ()),
+            int(getattr(c, "config_type", 0) or 0), getattr(c, "documentation", None))
+            for c in result.configs or ()))
 
 
 class ProduceResult(NamedTuple):
@@ -286,38 +352,196 @@ class KafkaClient:
         """Create a topic; False if it already exists (its settings are then not checked).
         Returns once every partition has a leader (Kafka elects them a moment after it
         answers), so a write right after it is not refused as NOT_LEADER_OR_FOLLOWER."""
+        answer = await self.create_topic_as_requested(
+            name, partitions, replication_factor, configs=configs, timeout_ms=timeout_ms)
+        if answer.error_code == ErrorCode.TOPIC_ALREADY_EXISTS:
+            return False
+        if answer.error_code != ErrorCode.NONE:
+            detail = f" ({answer.error_message})" if answer.error_message else ""
+            raise error_for(answer.error_code, f"create topic {name}{detail}")
+        return True
+
+    async def create_topic_as_requested(
+            self, name: str, partitions: int = -1, replication_factor: int = -1, *,
+            assignments: Mapping[int, Sequence[int]] | None = None,
+            configs: Mapping[str, str] | None = None, validate_only: bool = False,
+            timeout_ms: int = 30_000) -> TopicCreation:
+        """Create one topic as a client's CreateTopics names it (-1 partitions or
+        replication factor: the cluster's defaults; `assignments`: partition -> brokers,
+        with both -1) and return Kafka's answer, refusals included, for the caller to pass
+        on; raises only when Kafka cannot be reached. A created topic is returned once
+        every partition has a leader."""
+        creatable = CreateTopicsRequest.CreatableTopic
         request = CreateTopicsRequest(
-            topics=[CreateTopicsRequest.CreatableTopic(
+            topics=[creatable(
                 name=name,
                 num_partitions=partitions,
                 replication_factor=replication_factor,
-                assignments=[],
-                configs=[
-                    CreateTopicsRequest.CreatableTopic.CreatableTopicConfig(name=k, value=v)
-                    for k, v in (configs or {}).items()
+                assignments=[
+                    creatable.CreatableReplicaAssignment(partition_index=index,
+                                                         broker_ids=list(brokers))
+                    for index, brokers in (assignments or {}).items()
                 ],
+                configs=[creatable.CreatableTopicConfig(name=k, value=v)
+                         for k, v in (configs or {}).items()],
             )],
             timeout_ms=timeout_ms,
-            validate_only=False,
+            validate_only=validate_only,
         )
+        result = (await self._controller_request(ApiKey.CREATE_TOPICS, request)).topics[0]
+        answer = TopicCreation(
+            int(result.error_code), result.error_message,
+            int(getattr(result, "num_partitions", -1)),
+            int(getattr(result, "replication_factor", -1)),
+            tuple(DescribedConfig(c.name, c.value, bool(c.read_only), int(c.config_source),
+                                  bool(c.is_sensitive))
+                  for c in getattr(result, "configs", None) or ()))
+        if answer.error_code == ErrorCode.NONE and not validate_only:
+            log.info("created topic %s with %d partition(s)", name, answer.num_partitions)
+            await self._await_leaders(name, timeout_ms / 1000, answer.num_partitions)
+        return answer
+
+    async def create_partitions(self, name: str, count: int, *,
+                                assignments: Sequence[Sequence[int]] | None = None,
+                                validate_only: bool = False,
+                                timeout_ms: int = 30_000) -> tuple[int, str | None]:
+        """Grow a topic to `count` partitions (`assignments`: the brokers of each new one)
+        and return Kafka's (error code, message) for the caller to pass on; raises only
+        when Kafka cannot be reached. Returns once every new partition has a leader."""
+        grown = CreatePartitionsRequest.CreatePartitionsTopic
+        request = CreatePartitionsRequest(
+            topics=[grown(name=name, count=count, assignments=None if assignments is None else [
+                grown.CreatePartitionsAssignment(broker_ids=list(brokers))
+                for brokers in assignments])],
+            timeout_ms=timeout_ms,
+            validate_only=validate_only,
+        )
+        result = (await self._controller_request(ApiKey.CREATE_PARTITIONS,
+                                                 request)).results[0]
+        code = int(result.error_code)
+        if code == ErrorCode.NONE and not validate_only:
+            log.info("topic %s now has %d partitions", name, count)
+            await self._await_leaders(name, timeout_ms / 1000, count)
+        return code, result.error_message
+
+    async def delete_topic(self, name: str, timeout_ms: int = 30_000
+                           ) -> tuple[int, str | None]:
+        """Delete a topic by name and return Kafka's (error code, message); raises only when
+        Kafka cannot be reached. Returns once the broker's metadata no longer lists the
+        topic, so a listing taken afterwards does not show it."""
+        request = DeleteTopicsRequest(
+            topics=[DeleteTopicsRequest.DeleteTopicState(name=name, topic_id=_ZERO_UUID)],
+            topic_names=[name],  # below v6
+            timeout_ms=timeout_ms,
+        )
+        result = (await self._controller_request(ApiKey.DELETE_TOPICS, request)).responses[0]
+        code = int(result.error_code)
+        if code == ErrorCode.NONE:
+            log.info("deleted topic %s", name)
+            await self._await_gone(name, timeout_ms / 1000)
+        return code, getattr(result, "error_message", None)
+
+    async def broker_configs(self, names: Sequence[str]) -> dict[str, str | None]:
+        """The named configs of the broker with the lowest id, as it describes them (Kafka
+        answers DescribeConfigs for a broker resource only on that broker)."""
+        meta = await self.metadata([])
+        if not meta.brokers:
+            raise HardenedStoreUnavailable("the cluster lists no brokers")
+        node = min(meta.brokers)
+        [result] = await self.describe_configs([(_BROKER_RESOURCE, str(node), names)],
+                                               include_synonyms=False,
+                                               include_documentation=False, node_id=node)
+        if result.error_code != ErrorCode.NONE:
+            raise error_for(result.error_code, f"configs of broker {node}")
+        return {c.name: c.value for c in result.configs}
+
+    # --- configs, relayed for clients of Kiln ----------------------------------------------
+
+    async def broker_ids(self) -> list[int]:
+        """The ids of the cluster's brokers, lowest first."""
+        return sorted((await self.metadata([])).brokers)
+
+    async def describe_configs(self, resources: Sequence[tuple[int, str, Sequence[str] | None]],
+                               *, include_synonyms: bool, include_documentation: bool,
+                               node_id: int | None = None) -> list[DescribedResource]:
+        """Kafka's DescribeConfigs answers for (resource type, name, keys or None for all),
+        one per resource in their order, as Kafka gives them (refusals included) for the
+        caller to relay. Asked of broker `node_id` (a broker describes its own configs
+        only), else of any broker; raises only when Kafka cannot be reached."""
+        request = DescribeConfigsRequest(
+            resources=[DescribeConfigsRequest.DescribeConfigsResource(
+                resource_type=kind, resource_name=name,
+                configuration_keys=None if keys is None else list(keys))
+                for kind, name, keys in resources],
+            include_synonyms=include_synonyms,
+            include_documentation=include_documentation,
+        )
+        response = await self._config_request(ApiKey.DESCRIBE_CONFIGS, request, node_id)
+        results = [_described_resource(result) for result in response.results]
+        if len(results) != len(resources):
+            raise HardenedStoreRejected(
+                ErrorCode.UNKNOWN_SERVER_ERROR,
+                f"DescribeConfigs: {len(resources)} resources asked, {len(results)} answered")
+        return results
+
+    async def alter_configs(self, resource_type: int, resource_name: str,
+                            configs: Mapping[str, str | None], *, validate_only: bool,
+                            node_id: int | None = None) -> tuple[int, str | None]:
+        """AlterConfigs of one resource (its whole set of dynamic configs replaced by
+        `configs`); Kafka's (error code, message) for the caller to pass on. Raises only
+        when Kafka cannot be reached."""
+        entry = AlterConfigsRequest.AlterConfigsResource
+        request = AlterConfigsRequest(
+            resources=[entry(resource_type=resource_type, resource_name=resource_name,
+                             configs=[entry.AlterableConfig(name=k, value=v)
+                                      for k, v in configs.items()])],
+            validate_only=validate_only,
+        )
+        response = await self._config_request(ApiKey.ALTER_CONFIGS, request, node_id)
+        result = response.responses[0]
+        return int(result.error_code), result.error_message
+
+    async def incremental_alter_configs(
+            self, resource_type: int, resource_name: str,
+            configs: Sequence[tuple[str, int, str | None]], *, validate_only: bool,
+            node_id: int | None = None) -> tuple[int, str | None]:
+        """IncrementalAlterConfigs of one resource: (name, operation, value) each; Kafka's
+        (error code, message) for the caller to pass on. Raises only when Kafka cannot be
+        reached."""
+        entry = IncrementalAlterConfigsRequest.AlterConfigsResource
+        request = IncrementalAlterConfigsRequest(
+            resources=[entry(resource_type=resource_type, resource_name=resource_name,
+                             configs=[entry.AlterableConfig(name=name, config_operation=op,
+                                                            value=value)
+                                      for name, op, value in configs])],
+            validate_only=validate_only,
+        )
+        response = await self._config_request(ApiKey.INCREMENTAL_ALTER_CONFIGS, request,
+                                               node_id)
+        result = response.responses[0]
+        return int(result.error_code), result.error_message
+
+    async def _config_request(self, api_key: ApiKey, body: Message, node_id: int | None
+                              ) -> Any:
+        if node_id is None:
+            return await self._request_any(api_key, body)
+        connection = await self._connection(node_id)
+        return await connection.request(api_key, body)
+
+    async def _controller_request(self, api_key: ApiKey, body: Message) -> Any:
+        """An admin request (topics, partitions), to the controller as far as known: a
+        KRaft broker forwards it there anyway."""
         await self.metadata([])  # learn the current controller
         connection = await self._controller_connection()
-        response = await connection.request(ApiKey.CREATE_TOPICS, request)
-        result = response.topics[0]
-        if result.error_code == ErrorCode.TOPIC_ALREADY_EXISTS:
-            return False
-        if result.error_code != ErrorCode.NONE:
-            detail = f" ({result.error_message})" if result.error_message else ""
-            raise error_for(result.error_code, f"create topic {name}{detail}")
-        log.info("created topic %s with %d partition(s)", name, partitions)
-        await self._await_leaders(name, timeout_ms / 1000)
-        return True
+        return await connection.request(api_key, body)
 
-    async def _await_leaders(self, topic: str, timeout_s: float) -> None:
+    async def _await_leaders(self, topic: str, timeout_s: float, partitions: int = -1) -> None:
+        """Until every partition (at least `partitions` of them) has a leader."""
         deadline = asyncio.get_running_loop().time() + timeout_s
         while True:
             info = (await self.metadata([topic])).topics.get(topic)
             if info is not None and info.error_code == ErrorCode.NONE and info.partitions \
+                    and info.partition_count >= partitions \
                     and all(p.leader_id >= 0 and p.error_code == ErrorCode.NONE
                             for p in info.partitions):
                 return
@@ -326,6 +550,22 @@ class KafkaClient:
                             topic, timeout_s)
                 return
             await asyncio.sleep(_LEADER_POLL_S)
+
+    async def _await_gone(self, topic: str, timeout_s: float) -> None:
+        """Until the broker's metadata no longer lists `topic` (it follows the controller a
+        moment behind); its cached leaders are forgotten."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            info = (await self.metadata([topic])).topics.get(topic)
+            if info is None or info.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                break
+            if asyncio.get_running_loop().time() >= deadline:
+                log.warning("topic %s: still listed %.0f s after it was deleted", topic,
+                            timeout_s)
+                break
+            await asyncio.sleep(_LEADER_POLL_S)
+        for key in [key for key in self._leaders if key[0] == topic]:
+            del self._leaders[key]
 
     # --- producer ids ------------------------------------------------------------------------
 
@@ -469,6 +709,12 @@ class KafkaClient:
     async def list_offset(self, topic: str, partition: int, timestamp: int) -> int:
         """ListOffsets for one partition (EARLIEST, LATEST or a timestamp). tansu 0.6 answers
         LATEST wrongly; use high_watermark() for the end of a partition."""
+        part = await self._list_offsets(topic, partition, timestamp)
+        self._raise_for(part.error_code, topic, partition, "list offsets of")
+        return int(part.offset)
+
+    async def _list_offsets(self, topic: str, partition: int, timestamp: int) -> Message:
+        """One partition's ListOffsets answer, asked of its leader."""
         request = ListOffsetsRequest(
             replica_id=-1,
             isolation_level=0,
@@ -480,12 +726,16 @@ class KafkaClient:
             )],
         )
         response = await self._leader_request(topic, partition, ApiKey.LIST_OFFSETS, request)
-        part = response.topics[0].partitions[0]
-        if part.error_code != ErrorCode.NONE:
-            if _stale_metadata(part.error_code):
-                self.forget_leader(topic, partition)
-            raise error_for(part.error_code, f"list offsets of {topic}[{partition}]")
-        return int(part.offset)
+        return response.topics[0].partitions[0]
+
+    def _raise_for(self, code: int, topic: str, partition: int, what: str) -> None:
+        """A partition-level error of a leader's answer as a storage error (forgetting the
+        leader where the error says it moved)."""
+        if code == ErrorCode.NONE:
+            return
+        if _stale_metadata(code):
+            self.forget_leader(topic, partition)
+        raise error_for(code, f"{what} {topic}[{partition}]")
 
     async def high_watermark(self, topic: str, partition: int) -> int:
         """The partition's high watermark, as a Fetch answer reports it.
@@ -501,6 +751,35 @@ class KafkaClient:
             if result.error_code != ErrorCode.NONE:
                 raise error_for(result.error_code, f"high watermark of {topic}[{partition}]")
         return result.high_watermark
+
+    async def max_timestamp(self, topic: str, partition: int) -> tuple[int, int]:
+        """(offset, timestamp) of the record with the largest timestamp, as Kafka's
+        ListOffsets v7+ answers MAX_TIMESTAMP (-3, KIP-734); (-1, -1) for an empty partition.
+        Kafka counts control batches (a fence's abort marker) too."""
+        connection = await self._leader_connection(topic, partition)
+        if connection.version(ApiKey.LIST_OFFSETS) < _MAX_TIMESTAMP_VERSION:
+            raise HardenedStoreRejected(ErrorCode.UNSUPPORTED_VERSION,
+                                        f"{topic}[{partition}]: no ListOffsets v7")
+        part = await self._list_offsets(topic, partition, MAX_TIMESTAMP)
+        self._raise_for(part.error_code, topic, partition, "max timestamp of")
+        return int(part.offset), int(part.timestamp)
+
+    async def delete_records(self, topic: str, partition: int, offset: int,
+                             timeout_ms: int = 30_000) -> int:
+        """Move the partition's log start offset up to `offset` (DeleteRecords; a no-op at or
+        below it); returns the low watermark. Safe to ask again: it only ever moves up."""
+        request = DeleteRecordsRequest(
+            topics=[DeleteRecordsRequest.DeleteRecordsTopic(
+                name=topic,
+                partitions=[DeleteRecordsRequest.DeleteRecordsTopic.DeleteRecordsPartition(
+                    partition_index=partition, offset=offset)],
+            )],
+            timeout_ms=timeout_ms,
+        )
+        response = await self._leader_request(topic, partition, ApiKey.DELETE_RECORDS, request)
+        part = response.topics[0].partitions[0]
+        self._raise_for(part.error_code, topic, partition, f"delete records below {offset} of")
+        return int(part.low_watermark)
 
     # --- routing -----------------------------------------------------------------------------
 

@@ -2,35 +2,36 @@
 against Kiln: what Kiln serves works, and what it does not serve yet fails with a clear
 message and without hanging.
 
-Works: kafka-topics --create / --list, kafka-console-producer and kafka-console-consumer
-(keys, headers, nulls, a consumer group), kafka-consumer-groups --list / --describe (offsets,
-lag, owners) / --reset-offsets, kafka-producer-perf-test.
+Works: kafka-topics --create / --list / --describe / --delete / --alter --partitions,
+kafka-configs --describe / --alter of topics (Kafka's configs and Kiln's `kiln.*` ones) and
+of Kiln's broker node, kafka-console-producer and kafka-console-consumer (keys, headers,
+nulls, a consumer group), kafka-consumer-groups --list / --describe (offsets,
+lag, owners) / --reset-offsets / --delete / --delete-offsets, kafka-delete-records,
+kafka-get-offsets (--time -3, the largest timestamp), kafka-producer-perf-test.
 
-Not served yet (each answered "The node does not support <API>" by Kafka's admin client,
-because Kiln does not advertise the API): kafka-topics --describe (it always asks for the
-topic's configs: DescribeConfigs), --delete (DeleteTopics), --alter --partitions
-(CreatePartitions); kafka-configs --describe (DescribeConfigs) and --alter
-(IncrementalAlterConfigs); kafka-consumer-groups --delete (DeleteGroups) and --delete-offsets
-(OffsetDelete). Transactions (kafka-producer-perf-test --transactional-id) time out looking
-for a transaction coordinator. When Kiln gains these APIs, the tests of this file that pin
-the failures fail and move to the working side.
+Not served yet: transactions (kafka-producer-perf-test --transactional-id) time out looking
+for a transaction coordinator. When Kiln gains them, the test of this file that pins the
+failure fails and moves to the working side.
 
 One Kiln serves the whole module; every test uses topics and groups of its own.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import confluent_kafka
 import pytest
 from confluent_kafka.admin import AdminClient
 from kafka.admin import KafkaAdminClient
 
+from storage.topics import kiln_configs
 from tests.compat.clients import (
     Hardened,
     create_topic_confluent,
@@ -50,7 +51,7 @@ from tests.compat.java import (
     run_tool,
     table,
 )
-from tests.kiln_harness import RunningKiln
+from tests.kiln_harness import RunningKiln, eventually
 
 pytestmark = pytest.mark.usefixtures("kafka_tools")
 
@@ -152,6 +153,165 @@ def test_kafka_topics_list_names_the_topics_created_through_kiln(
     # Then both are listed, one name per line
     assert run.returncode == 0, run
     assert set(topics) <= set(run.lines), run
+
+
+def test_kafka_topics_delete_removes_the_topic_and_its_records_from_kiln_and_kafka(
+        module_kiln: RunningKiln, kafka_bootstrap: str, unique_topic: str) -> None:
+    # Given a 2-partition topic with 3 records, one hardened to Kafka
+    create_topic_confluent(module_kiln.bootstrap, unique_topic, 2)
+    produce(module_kiln.bootstrap, unique_topic, [Line(0, None, b"hardened")])
+    assert module_kiln.flush()
+    produce(module_kiln.bootstrap, unique_topic, [Line(p, None, b"v") for p in (0, 1)])
+    # When kafka-topics deletes it through Kiln
+    run = run_tool(TOPICS, "--bootstrap-server", module_kiln.bootstrap, "--delete",
+                   "--topic", unique_topic)
+    # Then it succeeds silently, as against Kafka, and neither Kiln, Kafka nor Redis has
+    # the topic any more
+    assert run.returncode == 0, run
+    assert run.lines == [], run
+    assert kiln_partition_count(module_kiln.bootstrap, unique_topic) is None
+    assert unique_topic not in AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(
+        timeout=10).topics
+    redis = module_kiln.app.queue.redis
+    assert module_kiln.call(redis.hget("kiln:topics", unique_topic)) is None
+    assert module_kiln.call(redis.exists(*(f"kiln:{{{unique_topic}/{p}}}:{kind}"
+                                           for p in (0, 1) for kind in ("log", "meta")))) == 0
+
+
+def test_kafka_topics_alter_partitions_grows_the_topic_in_kiln_and_kafka(
+        module_kiln: RunningKiln, kafka_bootstrap: str, unique_topic: str) -> None:
+    # Given a 2-partition topic created through Kiln
+    create_topic_confluent(module_kiln.bootstrap, unique_topic, 2)
+    # When kafka-topics grows it to 4 partitions, then tries to shrink it to 3
+    grown = run_tool(TOPICS, "--bootstrap-server", module_kiln.bootstrap, "--alter",
+                     "--topic", unique_topic, "--partitions", "4")
+    shrunk = run_tool(TOPICS, "--bootstrap-server", module_kiln.bootstrap, "--alter",
+                      "--topic", unique_topic, "--partitions", "3")
+    # Then the first succeeds in Kiln and Kafka, with the new partitions taking records,
+    # and the second fails with Kafka's own message
+    assert grown.returncode == 0, grown
+    assert kiln_partition_count(module_kiln.bootstrap, unique_topic) == 4
+    assert kafka_partition_count(kafka_bootstrap, unique_topic) == 4
+    produce(module_kiln.bootstrap, unique_topic, [Line(3, b"k", b"v")])
+    assert end_offsets(module_kiln.bootstrap, unique_topic, 4) == [0, 0, 0, 1]
+    assert shrunk.returncode == 1, shrunk
+    assert (f"The topic {unique_topic} currently has 4 partition(s); 3 would not be an "
+            "increase.") in shrunk.output
+
+
+def create_topic_with_configs(bootstrap: str, topic: str, partitions: int,
+                              configs: dict[str, str]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([confluent_kafka.admin.NewTopic(  # type: ignore[attr-defined]
+        topic, partitions, config=configs)])
+    futures[topic].result(15)
+
+
+def describe_line(line: str) -> dict[str, str]:
+    """One line of kafka-topics --describe: its tab-separated `Name: value` fields."""
+    return dict(field.split(": ", 1) for field in line.strip().split("\t"))
+
+
+def test_kafka_topics_describe_shows_partitions_led_by_kiln_and_kafkas_and_kilns_configs(
+        module_kiln: RunningKiln, kafka_bootstrap: str, unique_topic: str) -> None:
+    # Given a 3-partition topic created through Kiln with a Kafka config and one of Kiln's
+    # (kafka-topics --create refuses names Kafka's topic configs do not have)
+    create_topic_with_configs(module_kiln.bootstrap, unique_topic, 3,
+                              {"retention.ms": "86400000", "kiln.harden": "all"})
+    # When kafka-topics describes it through Kiln (and, to compare, at Kafka)
+    run = run_tool(TOPICS, "--bootstrap-server", module_kiln.bootstrap, "--describe",
+                   "--topic", unique_topic)
+    at_kafka = run_tool(TOPICS, "--bootstrap-server", kafka_bootstrap, "--describe",
+                        "--topic", unique_topic)
+    # Then it shows the topic's 3 partitions, each led by Kiln's node, its only replica, and
+    # the configs set on it: Kafka's, as Kafka shows them, and Kiln's
+    assert run.returncode == 0, run
+    topic, *partitions = [describe_line(line) for line in run.lines]
+    node = str(module_kiln.settings.node_id)
+    assert (topic["Topic"], topic["PartitionCount"], topic["ReplicationFactor"]) == (
+        unique_topic, "3", "1")
+    assert [(p["Partition"], p["Leader"], p["Replicas"], p["Isr"]) for p in partitions] == [
+        (str(i), node, node, node) for i in range(3)]
+    kafka_configs = describe_line(at_kafka.lines[0])["Configs"]
+    assert "retention.ms=86400000" in kafka_configs.split(","), at_kafka
+    assert topic["Configs"] == f"{kafka_configs},kiln.harden=all"
+
+
+# --- kafka-configs --------------------------------------------------------------------------
+
+
+def kiln_policy(kiln: RunningKiln, topic: str) -> dict[str, str]:
+    """Kiln's policies for the topic, as its registry in Redis holds them now."""
+    config = kiln.call(kiln.app.catalog.registry.get(topic, fresh=True))
+    assert config is not None
+    return kiln_configs(config)
+
+
+def test_kafka_configs_alter_sets_kafkas_config_in_kafka_and_kilns_in_kiln(
+        module_kiln: RunningKiln, kafka_bootstrap: str, unique_topic: str) -> None:
+    # Given a topic created through Kiln
+    create_topic_confluent(module_kiln.bootstrap, unique_topic, 2)
+    # When kafka-configs adds retention.ms and kiln.harden to it through Kiln
+    run = run_tool(CONFIGS, "--bootstrap-server", module_kiln.bootstrap, "--entity-type",
+                   "topics", "--entity-name", unique_topic, "--alter",
+                   "--add-config", "retention.ms=1000,kiln.harden=all")
+    # Then it reports success, Kafka's topic has the retention and Kiln the policy
+    assert run.returncode == 0, run
+    assert run.lines == [f"Completed updating config for topic {unique_topic}."], run
+    assert eventually(lambda: kafka_topic_config(kafka_bootstrap, unique_topic,
+                                                 "retention.ms") == "1000")
+    assert kiln_policy(module_kiln, unique_topic)["kiln.harden"] == "all"
+
+
+def test_kafka_configs_describe_lists_the_topics_own_configs_kafkas_and_kilns(
+        module_kiln: RunningKiln, unique_topic: str) -> None:
+    # Given a topic created through Kiln with retention.ms and kiln.reliability set
+    create_topic_with_configs(module_kiln.bootstrap, unique_topic, 1,
+                              {"retention.ms": "86400000", "kiln.reliability": "express"})
+    # When kafka-configs describes the topic's configs through Kiln
+    run = run_tool(CONFIGS, "--bootstrap-server", module_kiln.bootstrap, "--entity-type",
+                   "topics", "--entity-name", unique_topic, "--describe")
+    # Then it lists the two set on the topic, each with where its value comes from (Kiln's
+    # default being its own)
+    assert run.returncode == 0, run
+    assert run.lines[0] == f"Dynamic configs for topic {unique_topic} are:", run
+    kiln_line, kafka_line = sorted(run.lines[1:])
+    assert kiln_line == (
+        "  kiln.reliability=express sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:"
+        "kiln.reliability=express, DEFAULT_CONFIG:kiln.reliability=reliable_persistent}"), run
+    assert kafka_line.startswith("  retention.ms=86400000 sensitive=false synonyms="
+                                 "{DYNAMIC_TOPIC_CONFIG:retention.ms=86400000"), run
+
+
+def test_kafka_configs_refuses_a_bad_kiln_value_and_changes_nothing(
+        module_kiln: RunningKiln, kafka_bootstrap: str, unique_topic: str) -> None:
+    # Given a topic created through Kiln
+    create_topic_confluent(module_kiln.bootstrap, unique_topic, 2)
+    # When kafka-configs sets a valid retention.ms and an unknown harden policy
+    run = run_tool(CONFIGS, "--bootstrap-server", module_kiln.bootstrap, "--entity-type",
+                   "topics", "--entity-name", unique_topic, "--alter",
+                   "--add-config", "retention.ms=1000,kiln.harden=sometimes")
+    # Then it fails with Kiln's reason as an invalid configuration, and neither Kafka's
+    # retention nor Kiln's policy changed
+    assert run.returncode == 1, run
+    assert ("InvalidConfigurationException: kiln.harden: unknown harden policy 'sometimes'"
+            in run.output), run
+    assert kafka_topic_config(kafka_bootstrap, unique_topic, "retention.ms") != "1000"
+    assert kiln_policy(module_kiln, unique_topic)["kiln.harden"] == "survivors"
+
+
+def test_kafka_configs_describes_kilns_node_with_its_own_id(module_kiln: RunningKiln) -> None:
+    # When kafka-configs describes every config of Kiln's node
+    node = module_kiln.settings.node_id
+    run = run_tool(CONFIGS, "--bootstrap-server", module_kiln.bootstrap, "--entity-type",
+                   "brokers", "--entity-name", str(node), "--describe", "--all")
+    # Then the node's id is Kiln's, from Kiln's static configuration, among the configs of
+    # the Kafka broker Kiln stands for
+    assert run.returncode == 0, run
+    assert run.lines[0] == f"All configs for broker {node} are:", run
+    assert (f"  node.id={node} sensitive=false synonyms={{STATIC_BROKER_CONFIG:node.id={node}}}"
+            in run.lines), run
+    assert any(line.startswith("  log.retention.hours=") for line in run.lines), run
 
 
 # --- console producer and consumer ----------------------------------------------------------
@@ -315,6 +475,86 @@ def test_consumer_groups_reset_offsets_to_earliest_commits_them_in_kiln(
         (unique_topic, 0): 0, (unique_topic, 1): 0}
 
 
+def test_consumer_groups_delete_removes_the_group_and_its_offsets_from_kiln(
+        module_kiln: RunningKiln, kafka_bootstrap: str, unique_topic: str) -> None:
+    # Given a group without members that committed offsets on a 2-partition topic, and a
+    # second group that stays
+    create_topic_confluent(module_kiln.bootstrap, unique_topic, 2)
+    group, other = new_group(), new_group()
+    commit_offsets(module_kiln.bootstrap, group, unique_topic, {0: 0, 1: 0})
+    commit_offsets(module_kiln.bootstrap, other, unique_topic, {0: 0})
+    # When kafka-consumer-groups deletes the first group
+    run = run_tool(CONSUMER_GROUPS, "--bootstrap-server", module_kiln.bootstrap,
+                   "--delete", "--group", group)
+    # Then it reports the deletion, Kiln no longer lists the group nor holds its offsets,
+    # the other group is untouched, and the topic is as it was in Kiln and in Kafka
+    assert run.returncode == 0, run
+    assert f"Deletion of requested consumer groups ('{group}') was successful." in run.output
+    listed = run_tool(CONSUMER_GROUPS, "--bootstrap-server", module_kiln.bootstrap, "--list")
+    assert group not in listed.lines and other in listed.lines, listed
+    assert committed_offsets(module_kiln.bootstrap, group) == {}
+    assert committed_offsets(module_kiln.bootstrap, other) == {(unique_topic, 0): 0}
+    assert kiln_partition_count(module_kiln.bootstrap, unique_topic) == 2
+    assert kafka_partition_count(kafka_bootstrap, unique_topic) == 2
+
+
+def test_consumer_groups_delete_offsets_of_a_topic_removes_them_from_kiln(
+        module_kiln: RunningKiln, unique_topic: str) -> None:
+    # Given a group without members with offsets on two partitions of one topic and on
+    # another topic
+    other_topic = f"{unique_topic}-other"
+    create_topic_confluent(module_kiln.bootstrap, unique_topic, 2)
+    create_topic_confluent(module_kiln.bootstrap, other_topic, 1)
+    group = new_group()
+    commit_offsets(module_kiln.bootstrap, group, unique_topic, {0: 0, 1: 0})
+    commit_offsets(module_kiln.bootstrap, group, other_topic, {0: 0})
+    # When kafka-consumer-groups deletes the group's offsets of the first topic
+    run = run_tool(CONSUMER_GROUPS, "--bootstrap-server", module_kiln.bootstrap,
+                   "--delete-offsets", "--group", group, "--topic", unique_topic)
+    # Then each partition is reported deleted, and only the other topic's offset is left
+    assert run.returncode == 0, run
+    assert sorted((r["PARTITION"], r["STATUS"]) for r in table(run, "TOPIC")) == [
+        ("0", "Successful"), ("1", "Successful")], run
+    assert committed_offsets(module_kiln.bootstrap, group) == {(other_topic, 0): 0}
+
+
+# --- kafka-delete-records -------------------------------------------------------------------
+
+DELETE_RECORDS = "org.apache.kafka.tools.DeleteRecordsCommand"
+
+
+def test_delete_records_moves_the_log_start_in_kiln_and_in_kafka(
+        module_kiln: RunningKiln, kafka_bootstrap: str, unique_topic: str,
+        tmp_path: Path) -> None:
+    # Given six records, hardened to Kafka
+    produce(module_kiln.bootstrap, unique_topic, [Line(0, None, b"v%d" % i) for i in range(6)])
+    assert module_kiln.flush()
+    offsets = tmp_path / "offsets.json"
+    offsets.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": unique_topic, "partition": 0, "offset": 4}]}))
+    # When kafka-delete-records deletes the records below offset 4
+    run = run_tool(DELETE_RECORDS, "--bootstrap-server", module_kiln.bootstrap,
+                   "--offset-json-file", str(offsets))
+    # Then it reports the new low watermark, Kiln's partition starts there, and Kafka holds
+    # only the records from there on
+    assert run.returncode == 0, run
+    assert f"partition: {unique_topic}-0\tlow_watermark: 4" in run.output, run
+    assert watermarks(module_kiln.bootstrap, unique_topic) == (4, 6)
+    assert [r.kiln_offset for r in read_hardened(kafka_bootstrap, unique_topic, 1)[0]] == [4, 5]
+
+
+def watermarks(bootstrap: str, topic: str) -> tuple[int, int]:
+    """(log start, end) of partition 0, as ListOffsets answers them."""
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap,
+                                         "group.id": new_group()})
+    try:
+        low, high = consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, 0),
+                                                   timeout=10, cached=False)
+    finally:
+        consumer.close()
+    return int(low), int(high)
+
+
 # --- kafka-producer-perf-test ---------------------------------------------------------------
 
 PERF_SUMMARY = re.compile(r"^2000 records sent, [\d.]+ records/sec \([\d.]+ MB/sec\), "
@@ -337,60 +577,6 @@ def test_producer_perf_test_completes_and_every_record_lands(
 # --- what Kiln does not serve yet -----------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Unsupported:
-    tool: str
-    args: tuple[str, ...]  # {topic} and {group} filled in by the test
-    exit_code: int  # the tool's own: kafka-consumer-groups exits 0 after printing the error
-    message: str
-
-
-UNSUPPORTED = {
-    "topics-describe": Unsupported(TOPICS, ("--describe", "--topic", "{topic}"), 1,
-                                   "The node does not support DESCRIBE_CONFIGS"),
-    "topics-delete": Unsupported(TOPICS, ("--delete", "--topic", "{topic}"), 1,
-                                 "The node does not support DELETE_TOPICS"),
-    "topics-alter-partitions": Unsupported(
-        TOPICS, ("--alter", "--topic", "{topic}", "--partitions", "4"), 1,
-        "The node does not support CREATE_PARTITIONS"),
-    "configs-describe": Unsupported(
-        CONFIGS, ("--entity-type", "topics", "--entity-name", "{topic}", "--describe"), 1,
-        "The node does not support DESCRIBE_CONFIGS"),
-    "configs-alter": Unsupported(
-        CONFIGS, ("--entity-type", "topics", "--entity-name", "{topic}", "--alter",
-                  "--add-config", "retention.ms=1000"), 1,
-        "The INCREMENTAL_ALTER_CONFIGS API is not supported by the cluster"),
-    "groups-delete": Unsupported(CONSUMER_GROUPS, ("--delete", "--group", "{group}"), 0,
-                                 "The node does not support DELETE_GROUPS"),
-    "groups-delete-offsets": Unsupported(
-        CONSUMER_GROUPS, ("--delete-offsets", "--group", "{group}", "--topic", "{topic}"), 0,
-        "The node does not support OFFSET_DELETE"),
-}
-
-
-@pytest.mark.parametrize("case", list(UNSUPPORTED))
-def test_a_command_kiln_does_not_serve_fails_clearly_and_changes_nothing(
-        module_kiln: RunningKiln, kafka_bootstrap: str, unique_topic: str, case: str) -> None:
-    # Given a 2-partition topic created through Kiln and a group with commits on it
-    create_topic_confluent(module_kiln.bootstrap, unique_topic, 2)
-    group = new_group()
-    commit_offsets(module_kiln.bootstrap, group, unique_topic, {0: 0, 1: 0})
-    command = UNSUPPORTED[case]
-    # When the tool runs the command through Kiln
-    run = run_tool(command.tool, "--bootstrap-server", module_kiln.bootstrap,
-                   *(arg.format(topic=unique_topic, group=group) for arg in command.args),
-                   timeout_s=30)
-    # Then it stops with the admin client's message naming what Kiln lacks, and the topic
-    # and the group are as they were, in Kiln and in Kafka
-    assert run.returncode == command.exit_code, run
-    assert command.message in run.output, run
-    assert kiln_partition_count(module_kiln.bootstrap, unique_topic) == 2
-    assert kafka_partition_count(kafka_bootstrap, unique_topic) == 2
-    assert kafka_topic_config(kafka_bootstrap, unique_topic, "retention.ms") != "1000"
-    assert committed_offsets(module_kiln.bootstrap, group) == {
-        (unique_topic, 0): 0, (unique_topic, 1): 0}
-
-
 def test_a_transactional_producer_times_out_finding_a_transaction_coordinator(
         module_kiln: RunningKiln, unique_topic: str) -> None:
     # When kafka-producer-perf-test runs transactionally (Kiln offers no transactions and
@@ -406,13 +592,9 @@ def test_a_transactional_producer_times_out_finding_a_transaction_coordinator(
     assert kiln_partition_count(module_kiln.bootstrap, unique_topic) is None
 
 
-# --- defects ---------------------------------------------------------------------------------
+# --- kafka-get-offsets -------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Kiln defect: it advertises ListOffsets v1-8 but answers the v7+ MAX_TIMESTAMP query "
-    "(timestamp -3, KIP-734) with INVALID_REQUEST (proxy/server/handlers/list_offsets.py "
-    "accepts only -1 and -2); the v8 EARLIEST_LOCAL query (-4) is refused the same way"))
 def test_get_offset_shell_finds_the_record_with_the_largest_timestamp(
         module_kiln: RunningKiln, unique_topic: str) -> None:
     # Given five records, one batch each, whose largest timestamp is the second's

@@ -339,23 +339,28 @@ def test_a_registry_that_cached_a_topic_sees_an_alter_within_its_ttl(
     (["--reliability", "sometimes"], 1, "kiln.reliability: unknown reliability 'sometimes'"),
     (["--max-reliability", "best_effort"], 1,
      "kiln.reliability reliable_persistent is above kiln.max.reliability best_effort"),
-    (["--partitions", "4"], 2, "the partition count of a topic cannot be changed"),
+    (["--partitions", "1"], 1, "Topic already has 1 partition(s)."),
+    (["--partitions", "4", "--harden", "later"], 1,
+     "kiln.harden: unknown harden policy 'later'"),
     ([], 2, "nothing to change: give one or more of --reliability, --max-reliability, "
-            "--producer-override, --harden, --auto-subscribe"),
+            "--producer-override, --harden, --auto-subscribe, --partitions"),
 ])
 def test_a_refused_alter_names_the_problem_and_changes_nothing(
         redis_client: redis.Redis, redis_url: str, kafka_bootstrap: str, unique_topic: str,
         args: list[str], code: int, message: str) -> None:
-    created = run_kiln("topics", "create", unique_topic, *stores(redis_url, kafka_bootstrap))
+    created = run_kiln("topics", "create", unique_topic, "--partitions", "1",
+                       *stores(redis_url, kafka_bootstrap))
     assert created.returncode == 0, created.stderr
     before = redis_client.hget("kiln:topics", unique_topic)
 
-    result = run_kiln("topics", "alter", unique_topic, *args, "--redis-url", redis_url)
+    result = run_kiln("topics", "alter", unique_topic, *args,
+                      *stores(redis_url, kafka_bootstrap))
 
     assert result.returncode == code
     assert message in result.stderr
     assert "Traceback" not in result.stderr
     assert redis_client.hget("kiln:topics", unique_topic) == before
+    assert kafka_partitions(kafka_bootstrap, unique_topic) == 1
 
 
 def test_alter_of_an_unknown_topic(redis_client: redis.Redis, redis_url: str) -> None:
@@ -365,3 +370,54 @@ def test_alter_of_an_unknown_topic(redis_client: redis.Redis, redis_url: str) ->
     assert result.returncode == 1
     assert "unknown topic 'no-such-topic'" in result.stderr
     assert redis_client.hget("kiln:topics", "no-such-topic") is None
+
+
+def test_alter_partitions_adds_them_in_kafka_and_kiln(
+        redis_client: redis.Redis, redis_url: str, kafka_bootstrap: str,
+        unique_topic: str) -> None:
+    # Given a topic with 2 partitions
+    created = run_kiln("topics", "create", unique_topic, "--partitions", "2",
+                       *stores(redis_url, kafka_bootstrap))
+    assert created.returncode == 0, created.stderr
+
+    # When the operator grows it to 5
+    altered = run_kiln("topics", "alter", unique_topic, "--partitions", "5",
+                       *stores(redis_url, kafka_bootstrap))
+
+    # Then it says so, and Kafka and Kiln both have 5, the new ones started at offset 0
+    assert altered.returncode == 0, altered.stderr
+    assert altered.stdout.splitlines()[0] == "partitions: 2 -> 5 (in Kafka and Kiln)"
+    assert kafka_partitions(kafka_bootstrap, unique_topic) == 5
+    stored = json.loads(redis_client.hget("kiln:topics", unique_topic) or b"{}")
+    assert stored["partitions"] == 5
+    assert [redis_client.hget(f"kiln:{{{unique_topic}/{p}}}:meta", "next")
+            for p in range(2, 5)] == [b"0", b"0", b"0"]
+
+
+def test_delete_removes_the_topic_and_what_kiln_buffered_for_it(
+        slow_kiln: RunningKiln, redis_client: redis.Redis, redis_url: str,
+        kafka_bootstrap: str, unique_topic: str) -> None:
+    # Given a 2-partition topic with 3 + 1 records buffered and a durable subscription
+    created = run_kiln("topics", "create", unique_topic, "--partitions", "2",
+                       *stores(redis_url, kafka_bootstrap))
+    assert created.returncode == 0, created.stderr
+    produce(slow_kiln, unique_topic, {0: 3, 1: 1})
+    slow_kiln.call(slow_kiln.app.delivery.subscribe(unique_topic, "billing"))
+
+    # When the operator deletes it (and then again)
+    deleted = run_kiln("topics", "delete", unique_topic, "--json",
+                       *stores(redis_url, kafka_bootstrap))
+    again = run_kiln("topics", "delete", unique_topic, *stores(redis_url, kafka_bootstrap))
+
+    # Then it reports what went, Kafka and Redis hold nothing of it, and the second
+    # deletion names the topic as unknown
+    assert deleted.returncode == 0, deleted.stderr
+    assert json.loads(deleted.stdout) == {
+        "name": unique_topic, "partitions": 2, "in_kiln": True, "in_kafka": True,
+        "buffered_records": 4, "durable_subscriptions": ["billing"]}
+    assert kafka_partitions(kafka_bootstrap, unique_topic) is None
+    assert list(redis_client.scan_iter(f"kiln:{{{unique_topic}/*")) == []
+    assert redis_client.hget("kiln:topics", unique_topic) is None
+    assert redis_client.hget("kiln:subscriptions", f"{unique_topic}/billing") is None
+    assert again.returncode == 1
+    assert f"unknown topic '{unique_topic}': neither Kiln nor Kafka has it" in again.stderr

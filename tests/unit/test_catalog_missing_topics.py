@@ -12,7 +12,7 @@ from storage.errors import HardenedTopicMissing
 from storage.kafka.client import KafkaClient
 from storage.log_queue import LogQueue
 from storage.model import TopicPartition
-from storage.topics import TopicConfig, TopicRegistry
+from storage.topics import Deletion, TopicConfig, TopicRegistry
 
 SETTINGS = CatalogSettings(auto_create_topics=False, kafka_listing_ttl_s=5.0,
                            missing_refresh_interval_s=1.0, max_missing_names=100)
@@ -31,6 +31,12 @@ class MemoryTopics(TopicRegistry):
     async def create(self, config: TopicConfig) -> TopicConfig:
         self.topics[config.name] = config
         return config
+
+    async def deletion(self, name: str) -> Deletion | None:
+        return None  # no topic was ever deleted here
+
+    async def forget_deletion(self, name: str) -> Deletion | None:
+        return None
 
 
 class MemoryQueue(LogQueue):

@@ -89,3 +89,18 @@ def test_a_sentinel_url_names_its_sentinels_service_and_database() -> None:
 def test_a_bad_sentinel_url_is_refused(url: str) -> None:
     with pytest.raises(SettingsError, match="redis_url"):
         load_settings(overrides={"redis_url": url}, environ={})
+
+
+def test_default_partitions_are_kafkas_unless_given(tmp_path: Path) -> None:
+    config = tmp_path / "kiln.toml"
+    config.write_text('default_partitions = "kafka"\n')
+
+    unset = load_settings(environ={})
+    from_file = load_settings(config, environ={})
+    from_environment = load_settings(environ={"KILN_DEFAULT_PARTITIONS": "6"})
+
+    # 0: the Kafka cluster's num.partitions (storage.catalog.KAFKA_DEFAULT)
+    assert (unset.default_partitions, from_file.default_partitions,
+            from_environment.default_partitions) == (0, 0, 6)
+    with pytest.raises(SettingsError, match="default_partitions: must be >= 0"):
+        load_settings(environ={"KILN_DEFAULT_PARTITIONS": "-1"})

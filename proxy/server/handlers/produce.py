@@ -15,6 +15,7 @@ from proxy.server.context import KilnContext
 from proxy.server.peer import CLIENT_HOST
 from proxy.server.reply import Deferred
 from storage.acks import AckOutcome
+from storage.errors import StorageError
 from storage.log_queue import AppendBatch, AppendRequest
 from storage.model import Reliability, TopicPartition
 from storage.policy.reliability import AckPoint, ack_point, requested_level
@@ -177,10 +178,25 @@ async def _wait_for_guarantees(ctx: KilnContext, outcomes: dict[TopicPartition, 
     timeout_s = max(timeout_ms, 1) / 1000
     done = await asyncio.gather(*(ctx.waiters.wait(tp, incarnation, last, timeout_s)
                                   for tp, _, (incarnation, last) in waiting))
-    for (_, outcome, _), settled in zip(waiting, done, strict=True):
+    for (tp, outcome, _), settled in zip(waiting, done, strict=True):
         if settled is not AckOutcome.SETTLED:
             outcome.error_code, outcome.message = _NOT_SETTLED[settled]
             outcome.base_offset = -1
+        if settled is AckOutcome.LOST and await _deleted(ctx, tp.topic):
+            # Not lost by Redis but deleted (its partitions' state went with it): answered
+            # as Kafka's broker answers a produce waiting on a partition deleted under it,
+            # neither "safe" nor a loss to make up for by sending again.
+            outcome.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            outcome.message = f"topic {tp.topic!r} was deleted before the records were safe"
+
+
+async def _deleted(ctx: KilnContext, topic: str) -> bool:
+    """Whether the topic was deleted (a note of it is kept a while); when Redis cannot
+    say, the records count as lost."""
+    try:
+        return await ctx.catalog.registry.deletion(topic) is not None
+    except StorageError:
+        return False
 
 
 def _response(request: Request, outcomes: dict[TopicPartition, _Outcome],
