@@ -57,6 +57,10 @@ _TEST_DEFAULTS = {
     "num.partitions": "1",
     "auto.create.topics.enable": "true",
     "log.segment.bytes": str(64 * 1024 * 1024),
+    # Kept whatever their timestamps: tests stamp records with fixed dates (2023, 2026-01-01)
+    # that Kafka's default retention (7 days by record time) deletes at its first check,
+    # 30 s after start and every 5 minutes, moving the log start from under a test's readers.
+    "log.retention.ms": "-1",
 }
 
 
