@@ -21,6 +21,10 @@ class Listener:
         self._connections: dict[asyncio.Task[None], Connection] = {}
         self._slots = ConnectionSlots(ctx.memory.limits)
         self.refused_connections = 0
+        # False from stop_accepting on: a connection the server accepted but whose task had
+        # not started yet is closed at once, rather than served after shutdown began (it
+        # would append after the final flush, or keep close() waiting for it).
+        self._accepting = True
 
     @property
     def port(self) -> int:
@@ -34,6 +38,7 @@ class Listener:
         log.info("Kiln listening on %s:%d", self._host, self.port)
 
     async def stop_accepting(self) -> None:
+        self._accepting = False
         if self._server is not None:
             self._server.close()
 
@@ -66,9 +71,10 @@ class Listener:
 
     async def close(self) -> None:
         await self.stop_accepting()
-        for task in list(self._connections):
-            task.cancel()
-        await asyncio.gather(*self._connections, return_exceptions=True)
+        while self._connections:
+            for task in list(self._connections):
+                task.cancel()
+            await asyncio.gather(*self._connections, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
 
@@ -77,6 +83,9 @@ class Listener:
         assert task is not None
         peer = writer.get_extra_info("peername")
         host = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        if not self._accepting:
+            writer.close()
+            return
         refused = self._slots.take(host)
         if refused is not None:
             # As Kafka past max.connections(.per.ip): closed before a byte is read.
