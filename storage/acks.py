@@ -115,7 +115,8 @@ class SettledWaiters:
         self._waiting[tp].append(waiter)
         self._ensure_poller()
         try:
-            return await asyncio.wait_for(asyncio.shield(waiter.future), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                return await asyncio.shield(waiter.future)
         except TimeoutError:
             self._waiting[tp] = [w for w in self._waiting[tp] if w is not waiter]
             return AckOutcome.TIMED_OUT

@@ -34,7 +34,8 @@ class AppendSignals:
         for tp in watched:
             self._events[tp].add(event)
         try:
-            await asyncio.wait_for(event.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await event.wait()
             return True
         except TimeoutError:
             return False

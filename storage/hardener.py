@@ -249,7 +249,8 @@ class Hardener:
                 wait_s = await self._until_due(tp, decided_below, idle_s)
                 if wait_s > 0:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(wakeup.wait(), min(wait_s, idle_s))
+                        async with asyncio.timeout(min(wait_s, idle_s)):
+                            await wakeup.wait()
                     continue
                 if writer is None:
                     # A deleted topic's partition (records appended as it was deleted) takes

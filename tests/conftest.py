@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import time
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -30,6 +31,8 @@ from typing import NoReturn
 
 import pytest
 import redis
+from kafka.admin import KafkaAdminClient
+from kafka.errors import KafkaError
 
 from cli.local_kafka import LocalKafka
 from cli.local_services import (
@@ -182,8 +185,29 @@ def kafka_broker() -> Iterator[SessionBroker]:
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap(kafka_broker: SessionBroker) -> str:
-    """``host:port`` bootstrap address of the session's broker."""
+    """``host:port`` bootstrap address of the session's broker, once its group coordinator
+    answers: Apache Kafka creates its offsets topic when a coordinator is first asked for and
+    answers NOT_COORDINATOR until it is loaded, which tests that compare Kiln's group
+    answers with Kafka's would otherwise meet, depending on which test ran first."""
+    if kafka_broker.kind == "kafka":
+        _await_group_coordinator(kafka_broker.bootstrap)
     return kafka_broker.bootstrap
+
+
+def _await_group_coordinator(bootstrap: str, timeout_s: float = 60) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                admin.list_group_offsets("kiln-test-coordinator-probe")
+                return
+            except KafkaError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    finally:
+        admin.close()
 
 
 @dataclass(frozen=True)

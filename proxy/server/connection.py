@@ -148,8 +148,10 @@ class Connection:
         idle_s = self._memory.limits.idle_timeout_s
         while True:
             try:
-                (size,) = _SIZE.unpack(await asyncio.wait_for(self._reader.readexactly(4),
-                                                              idle_s))
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow the
+                # cancellation that closes the connection, and the read loop then waits on.
+                async with asyncio.timeout(idle_s):
+                    (size,) = _SIZE.unpack(await self._reader.readexactly(4))
                 return int(size)
             except TimeoutError:
                 if self._pending.empty():
@@ -159,7 +161,8 @@ class Connection:
     async def _frame_body(self, size: int) -> bytes | None:
         timeout_s = self._memory.limits.frame_read_timeout_s
         try:
-            return await asyncio.wait_for(self._reader.readexactly(size), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                return await self._reader.readexactly(size)
         except TimeoutError:
             self._ctx.counters.malformed_frames += 1
             log.warning("closing %s: a %d-byte frame did not arrive within %.0fs",
@@ -225,7 +228,8 @@ class Connection:
                 try:
                     # At once below the transport's high-water mark; a client that does not
                     # read holds the sender here, and with it the room for more requests.
-                    await asyncio.wait_for(self._writer.drain(), idle_s)
+                    async with asyncio.timeout(idle_s):
+                        await self._writer.drain()
                 except TimeoutError:
                     log.warning("closing %s: the client took no answer for %.0fs",
                                 self._peer, idle_s)

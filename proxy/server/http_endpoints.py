@@ -185,7 +185,8 @@ class HttpEndpoints:
             response = HttpResponse.json(500, {"error": "internal error, see Kiln's log"})
         writer.write(encode_response(response, with_body=method != "HEAD"))
         try:
-            await asyncio.wait_for(writer.drain(), self._write_timeout_s)
+            async with asyncio.timeout(self._write_timeout_s):
+                await writer.drain()
         except TimeoutError:
             writer.transport.abort()  # a client that does not read: drop what is buffered
         except ConnectionError:
@@ -193,7 +194,8 @@ class HttpEndpoints:
 
     async def _read_head(self, reader: asyncio.StreamReader) -> bytes:
         try:
-            return await asyncio.wait_for(read_head(reader), self._read_timeout_s)
+            async with asyncio.timeout(self._read_timeout_s):
+                return await read_head(reader)
         except TimeoutError:
             raise BadRequest(408, "request head not received in time") from None
 

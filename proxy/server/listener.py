@@ -72,9 +72,11 @@ class Listener:
     async def close(self) -> None:
         await self.stop_accepting()
         while self._connections:
+            # Cancelled again until they end: a cancellation that arrives as a read
+            # completes can be lost on the way down.
             for task in list(self._connections):
                 task.cancel()
-            await asyncio.gather(*self._connections, return_exceptions=True)
+            await asyncio.wait(list(self._connections), timeout=1.0)
         if self._server is not None:
             await self._server.wait_closed()
 

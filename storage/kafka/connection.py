@@ -89,9 +89,8 @@ class BrokerConnection:
     ) -> BrokerConnection:
         """Connect and negotiate versions; raises HardenedStoreUnavailable."""
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port), connect_timeout
-            )
+            async with asyncio.timeout(connect_timeout):
+                reader, writer = await asyncio.open_connection(host, port)
         except (OSError, TimeoutError) as exc:
             raise HardenedStoreUnavailable(f"cannot connect to {host}:{port}: {exc!r}") from exc
         conn = cls(reader, writer, host, port, client_id, request_timeout)

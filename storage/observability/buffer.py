@@ -96,7 +96,8 @@ class BufferSnapshot:
                 return
             self._read_at = self._monotonic()
             try:
-                self.topics = await asyncio.wait_for(self._read(), self._timeout_s)
+                async with asyncio.timeout(self._timeout_s):
+                    self.topics = await self._read()
             except TimeoutError:
                 self.topics = None
                 raise BufferUnavailable(f"no answer within {self._timeout_s}s") from None

@@ -67,7 +67,8 @@ class Readiness:
 
     async def _check(self, check: Check) -> str | None:
         try:
-            await asyncio.wait_for(check(), self._timeout_s)
+            async with asyncio.timeout(self._timeout_s):
+                await check()
         except TimeoutError:
             return f"no answer within {self._timeout_s:g}s"
         except StorageError as exc:
