@@ -23,6 +23,7 @@ from storage.clock import wall_clock_ms
 from storage.delay_control import DelayControl
 from storage.delivery import Delivery
 from storage.errors import StorageError
+from storage.groups.consumer_group import ConsumerGroupSettings
 from storage.groups.coordinator import GroupCoordinator
 from storage.groups.model import MembershipSettings
 from storage.groups.store import GroupStore
@@ -90,6 +91,9 @@ class KilnApp:
             initial_rebalance_delay_ms=settings.group_initial_rebalance_delay_ms,
             min_session_timeout_ms=settings.group_min_session_timeout_ms,
             max_session_timeout_ms=settings.group_max_session_timeout_ms,
+        ), consumer_settings=ConsumerGroupSettings(
+            session_timeout_ms=settings.group_consumer_session_timeout_ms,
+            heartbeat_interval_ms=settings.group_consumer_heartbeat_interval_ms,
         ))
         forget_topic_state(self.catalog, subscriptions, group_store)
         self.appends = AppendSignals()

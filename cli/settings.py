@@ -77,6 +77,10 @@ class Settings:
     group_initial_rebalance_delay_ms: int = 300
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
+    # KIP-848 consumer groups (group.protocol=consumer): Kafka's
+    # group.consumer.session.timeout.ms and group.consumer.heartbeat.interval.ms.
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_heartbeat_interval_ms: int = 5_000
 
     @property
     def subscriptions(self) -> list[tuple[str, str]]:
@@ -188,6 +192,12 @@ def _validate(settings: Settings) -> Settings:
     if settings.group_min_session_timeout_ms < 1:
         raise SettingsError("group_min_session_timeout_ms: must be >= 1, got "
                             f"{settings.group_min_session_timeout_ms}")
+    if not 1 <= settings.group_consumer_heartbeat_interval_ms \
+            < settings.group_consumer_session_timeout_ms:
+        raise SettingsError("group_consumer_heartbeat_interval_ms: must be >= 1 and below "
+                            "group_consumer_session_timeout_ms "
+                            f"({settings.group_consumer_session_timeout_ms}), got "
+                            f"{settings.group_consumer_heartbeat_interval_ms}")
     if settings.group_max_session_timeout_ms < settings.group_min_session_timeout_ms:
         raise SettingsError("group_max_session_timeout_ms: must be >= group_min_session_"
                             f"timeout_ms ({settings.group_min_session_timeout_ms}), got "

@@ -14,6 +14,7 @@ from typing import Any
 
 from kafka.protocol import admin, consumer, metadata, producer
 
+from proxy.protocol import consumer_groups
 from proxy.protocol.errors import MalformedRequest
 from proxy.protocol.header import (
     RequestHeader,
@@ -57,6 +58,8 @@ class ApiKey(enum.IntEnum):
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,10 +138,10 @@ CLIENT_APIS: dict[int, ApiSpec] = {
         ),
         # Consumer groups, the classic protocol (storage/groups).
         _spec(
-            ApiKey.OFFSET_COMMIT, 2, 8, consumer.OffsetCommitRequest, consumer.OffsetCommitResponse
+            ApiKey.OFFSET_COMMIT, 2, 9, consumer.OffsetCommitRequest, consumer.OffsetCommitResponse
         ),
         _spec(
-            ApiKey.OFFSET_FETCH, 1, 7, consumer.OffsetFetchRequest, consumer.OffsetFetchResponse
+            ApiKey.OFFSET_FETCH, 1, 9, consumer.OffsetFetchRequest, consumer.OffsetFetchResponse
         ),
         _spec(ApiKey.JOIN_GROUP, 0, 7, consumer.JoinGroupRequest, consumer.JoinGroupResponse),
         _spec(ApiKey.HEARTBEAT, 0, 4, consumer.HeartbeatRequest, consumer.HeartbeatResponse),
@@ -147,10 +150,17 @@ CLIENT_APIS: dict[int, ApiSpec] = {
         _spec(
             ApiKey.DESCRIBE_GROUPS, 0, 5, admin.DescribeGroupsRequest, admin.DescribeGroupsResponse
         ),
-        _spec(ApiKey.LIST_GROUPS, 0, 4, admin.ListGroupsRequest, admin.ListGroupsResponse),
+        _spec(ApiKey.LIST_GROUPS, 0, 5, admin.ListGroupsRequest, admin.ListGroupsResponse),
         _spec(ApiKey.DELETE_GROUPS, 0, 2, admin.DeleteGroupsRequest, admin.DeleteGroupsResponse),
         _spec(ApiKey.OFFSET_DELETE, 0, 0, consumer.OffsetDeleteRequest,
               consumer.OffsetDeleteResponse),
+        # KIP-848; kafka-python has no schemas for these (proxy/protocol/consumer_groups).
+        _spec(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1,
+              consumer_groups.ConsumerGroupHeartbeatRequest,
+              consumer_groups.ConsumerGroupHeartbeatResponse),
+        _spec(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1,
+              consumer_groups.ConsumerGroupDescribeRequest,
+              consumer_groups.ConsumerGroupDescribeResponse),
     )
 }
 

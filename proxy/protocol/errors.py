@@ -67,12 +67,18 @@ class ErrorCode(enum.IntEnum):
     UNSUPPORTED_COMPRESSION_TYPE = (76, False)
     MEMBER_ID_REQUIRED = (79, False)
     INVALID_RECORD = (87, False)
+    GROUP_MAX_SIZE_REACHED = (81, False)
     FENCED_INSTANCE_ID = (82, False)
     THROTTLING_QUOTA_EXCEEDED = (89, True)
     PRODUCER_FENCED = (90, False)
     UNKNOWN_TOPIC_ID = (100, True)
+    FENCED_MEMBER_EPOCH = (110, False)
+    UNRELEASED_INSTANCE_ID = (111, False)
+    UNSUPPORTED_ASSIGNOR = (112, False)
+    STALE_MEMBER_EPOCH = (113, False)
     MISMATCHED_ENDPOINT_TYPE = (114, False)
     UNSUPPORTED_ENDPOINT_TYPE = (115, False)
+    INVALID_REGULAR_EXPRESSION = (128, False)
 
     @classmethod
     def of(cls, value: int) -> ErrorCode:

@@ -13,6 +13,7 @@ from proxy.server.context import KilnContext
 from proxy.server.handlers import (
     alter_configs,
     api_versions,
+    consumer_groups,
     create_partitions,
     create_topics,
     delete_groups,
@@ -64,6 +65,10 @@ HANDLERS: dict[int, tuple[Handler, ErrorBuilder | None]] = {
     ApiKey.LIST_GROUPS: (groups.list_groups, groups.list_groups_error),
     ApiKey.OFFSET_COMMIT: (offsets.commit, offsets.commit_error),
     ApiKey.OFFSET_FETCH: (offsets.fetch, offsets.fetch_error),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (consumer_groups.heartbeat,
+                                      consumer_groups.heartbeat_error),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (consumer_groups.describe,
+                                     consumer_groups.describe_error),
     ApiKey.DELETE_GROUPS: (delete_groups.handle, delete_groups.error_response),
     ApiKey.OFFSET_DELETE: (offset_delete.handle, offset_delete.error_response),
 }

@@ -1,18 +1,22 @@
-"""The group coordinator: Kafka's classic group protocol for the clients of this Kiln.
+"""The group coordinator: Kafka's classic group protocol and the KIP-848 consumer group
+protocol for the clients of this Kiln.
 
 Only one Kiln process coordinates a given group. Kiln's Metadata advertises a single broker
 and FindCoordinator names this process, so every member of a group talks to the same Kiln;
 two Kiln processes serving members of one group would each run their own rebalances over
 the same Redis keys (scale-out needs group ownership through leases first, DESIGN §7).
 
-A group lives in memory while it is used, driven by the I/O-free state machine in
-`membership`; this module owns its timers and the futures of members waiting for a
-JoinGroup or SyncGroup answer. Every change that matters is written to Redis before anyone
-is answered; if that write fails, or another Kiln process wrote the group since it was read
-(the store checks a revision), the group is dropped from memory (its waiting members are
-told COORDINATOR_NOT_AVAILABLE and retry) and reloaded from Redis on next use. A restarted
-Kiln loads a group the first time it is asked about it, with member session timers starting
-at load time, so members that keep heartbeating carry on without a rebalance.
+A group lives in memory while it is used, driven by an I/O-free state machine: `membership`
+for a classic group, `consumer_group` for a KIP-848 one (one group id is one kind at a time:
+an empty group turns into the other kind when a member of that kind arrives, as in Kafka; a
+group with members refuses the other protocol's members). This module owns its timers and
+the futures of members waiting for a JoinGroup or SyncGroup answer. Every change that
+matters is written to Redis before anyone is answered; if that write fails, or another Kiln
+process wrote the group since it was read (the store checks a revision), the group is
+dropped from memory (its waiting members are told COORDINATOR_NOT_AVAILABLE and retry) and
+reloaded from Redis on next use. A restarted Kiln loads a group the first time it is asked
+about it, with member session timers starting at load time, so members that keep
+heartbeating carry on without a rebalance.
 
 Memory is bounded by use, not by how many group ids clients ever named: a group that is
 Empty with nothing pending leaves memory after `idle_ms` (or sooner, least recently used
@@ -22,6 +26,7 @@ first, beyond `max_groups`), and a group's lock lives only while it is held or a
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import itertools
 import logging
@@ -35,6 +40,14 @@ from typing import Any
 from proxy.protocol.errors import ErrorCode
 from storage.clock import wall_clock_ms
 from storage.errors import StorageError
+from storage.groups.consumer_group import (
+    ConsumerGroup,
+    ConsumerGroupSettings,
+    ConsumerHeartbeat,
+    HeartbeatResult,
+    TopicMetadata,
+    heartbeat_precheck,
+)
 from storage.groups.consumer_protocol import CONSUMER_PROTOCOL_TYPE, is_subscribed
 from storage.groups.locks import KeyedLocks
 from storage.groups.membership import Group, is_standalone_commit, join_precheck
@@ -53,7 +66,13 @@ from storage.groups.model import (
     SyncResult,
     dead_summary,
 )
-from storage.groups.snapshot import group_from_json, group_to_json
+from storage.groups.snapshot import (
+    consumer_group_from_json,
+    consumer_group_to_json,
+    group_from_json,
+    group_to_json,
+    is_consumer_group_record,
+)
 from storage.groups.store import GroupConflict, GroupStore
 from storage.model import TopicPartition
 from storage.tasks import stop_task
@@ -76,9 +95,14 @@ class GroupCacheSettings:
     sweep_interval_ms: int = 1_000
 
 
+AnyGroup = Group | ConsumerGroup
+CLASSIC = "classic"
+CONSUMER = "consumer"
+
+
 @dataclass(slots=True, eq=False)
 class _Loaded:
-    group: Group
+    group: AnyGroup
     # `group.revision` when last written to Redis (the in-memory change counter)...
     stored_revision: int
     # ...and the store's revision of the group then (what the next write must find there).
@@ -110,16 +134,19 @@ class OffsetDeletion:
 class GroupListing:
     group_id: str
     protocol_type: str
-    state: GroupState
+    state: str  # Kafka's name of the group's state (classic or consumer group states)
+    group_type: str  # "classic" or "consumer"
 
 
 class GroupCoordinator:
     def __init__(self, store: GroupStore, settings: MembershipSettings,
                  clock_ms: Callable[[], int] = monotonic_ms,
                  unique_suffix: Callable[[], str] = lambda: str(uuid.uuid4()),
-                 cache: GroupCacheSettings | None = None) -> None:
+                 cache: GroupCacheSettings | None = None,
+                 consumer_settings: ConsumerGroupSettings | None = None) -> None:
         self._store = store
         self.settings = settings
+        self.consumer_settings = consumer_settings or ConsumerGroupSettings()
         self._clock_ms = clock_ms
         self._unique_suffix = unique_suffix
         self._cache = cache or GroupCacheSettings()
@@ -152,9 +179,13 @@ class GroupCoordinator:
                                      create=request.member_id == UNKNOWN_MEMBER_ID)
             if loaded is None:
                 return _done(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, request.member_id))
+            group = self._as_classic(loaded)
+            if group is None:
+                return _done(JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                                        request.member_id))
             ticket, future = self._wait(
                 JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, request.member_id))
-            loaded.group.join(self._clock_ms(), request, ticket)
+            group.join(self._clock_ms(), request, ticket)
             await self._settle(loaded)
         return future
 
@@ -164,7 +195,7 @@ class GroupCoordinator:
             return _done(SyncResult(ErrorCode.INVALID_GROUP_ID))
         async with self._locks.hold(request.group_id):
             loaded = await self._get(request.group_id, create=False)
-            if loaded is None:
+            if loaded is None or not isinstance(loaded.group, Group):
                 return _done(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
             ticket, future = self._wait(SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
             loaded.group.sync(self._clock_ms(), request, ticket)
@@ -177,7 +208,7 @@ class GroupCoordinator:
             return ErrorCode.INVALID_GROUP_ID
         async with self._locks.hold(group_id):
             loaded = await self._get(group_id, create=False)
-            if loaded is None:
+            if loaded is None or not isinstance(loaded.group, Group):
                 return ErrorCode.UNKNOWN_MEMBER_ID
             code = loaded.group.heartbeat(self._clock_ms(), member_id, group_instance_id,
                                           generation_id)
@@ -189,32 +220,102 @@ class GroupCoordinator:
         then UNKNOWN_MEMBER_ID, as Kafka answers)."""
         async with self._locks.hold(group_id):
             loaded = await self._get(group_id, create=False)
-            if loaded is None:
+            if loaded is None or not isinstance(loaded.group, Group):
                 return [ErrorCode.UNKNOWN_MEMBER_ID for _ in leaving]
             codes = loaded.group.leave(self._clock_ms(), leaving)
             await self._settle(loaded)
             return codes
 
     async def describe(self, group_id: str) -> GroupSummary:
+        """A classic group as DescribeGroups tells it; a consumer group is not one (Kafka
+        describes it as Dead there: ConsumerGroupDescribe tells it)."""
         async with self._locks.hold(group_id):
             loaded = await self._get(group_id, create=False)
-            return dead_summary(group_id) if loaded is None else loaded.group.summary()
+            if loaded is None or not isinstance(loaded.group, Group):
+                return dead_summary(group_id)
+            return loaded.group.summary()
+
+    async def describe_consumer_group(self, group_id: str) -> ConsumerGroup | None:
+        """A copy of the consumer group as it is now; None when there is no consumer group
+        of that id."""
+        async with self._locks.hold(group_id):
+            loaded = await self._get(group_id, create=False)
+            if loaded is None or not isinstance(loaded.group, ConsumerGroup):
+                return None
+            return copy.deepcopy(loaded.group)
 
     async def list_groups(self) -> list[GroupListing]:
         listed = []
         for group_id in sorted(set(await self._store.group_ids()) | set(self._groups)):
-            summary = await self.describe(group_id)
-            if summary.state is not GroupState.DEAD:
-                listed.append(GroupListing(group_id, summary.protocol_type, summary.state))
+            async with self._locks.hold(group_id):
+                loaded = await self._get(group_id, create=False)
+                if loaded is None:
+                    continue
+                group = loaded.group
+                if isinstance(group, ConsumerGroup):
+                    listed.append(GroupListing(group_id, CONSUMER_PROTOCOL_TYPE,
+                                               group.state.value, CONSUMER))
+                elif group.state is not GroupState.DEAD:
+                    listed.append(GroupListing(group_id, group.protocol_type or "",
+                                               group.state.value, CLASSIC))
         return listed
+
+    # --- the KIP-848 consumer group protocol ---------------------------------------------
+
+    async def consumer_heartbeat(self, request: ConsumerHeartbeat,
+                                 topics: Mapping[str, TopicMetadata]) -> HeartbeatResult:
+        """One ConsumerGroupHeartbeat; `topics` is every topic there is (name -> id and
+        partition count), which subscriptions and assignments are resolved against."""
+        refused = heartbeat_precheck(request)
+        if refused is not None:
+            return refused
+        async with self._locks.hold(request.group_id):
+            loaded = await self._get(request.group_id, create=False)
+            if loaded is None:
+                loaded = self._install(request.group_id,
+                                       ConsumerGroup(request.group_id, self.consumer_settings),
+                                       persisted=False, redis_revision=0)
+            group = self._as_consumer(loaded)
+            if group is None:
+                return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND,
+                                       f"Group {request.group_id} is not a consumer group.")
+            result = group.heartbeat(self._clock_ms(), request, topics, self._unique_suffix)
+            if result.error_code is ErrorCode.NONE:
+                await self._settle(loaded)
+            else:
+                self._arm(loaded)
+            return result
+
+    def _as_classic(self, loaded: _Loaded) -> Group | None:
+        """The classic group; an empty consumer group becomes one (None when it has
+        members)."""
+        if isinstance(loaded.group, Group):
+            return loaded.group
+        if loaded.group.members:
+            return None
+        loaded.group = Group(loaded.group.group_id, self.settings, self._unique_suffix)
+        loaded.stored_revision = -1  # written with its first change
+        return loaded.group
+
+    def _as_consumer(self, loaded: _Loaded) -> ConsumerGroup | None:
+        """The consumer group; an empty classic group becomes one (None when it has
+        members or a rebalance under way)."""
+        if isinstance(loaded.group, ConsumerGroup):
+            return loaded.group
+        classic = loaded.group
+        if classic.state is not GroupState.EMPTY or classic.members or classic.pending_members:
+            return None
+        loaded.group = ConsumerGroup(classic.group_id, self.consumer_settings)
+        loaded.stored_revision = -1
+        return loaded.group
 
     # --- offsets -------------------------------------------------------------------------
 
     async def commit_offsets(self, group_id: str, generation_id: int, member_id: str,
                              group_instance_id: str | None,
                              offsets: Mapping[TopicPartition, CommittedOffset],
-                             on_stored: Callable[[StoredCommit], Awaitable[None]] | None = None
-                             ) -> dict[TopicPartition, ErrorCode]:
+                             on_stored: Callable[[StoredCommit], Awaitable[None]] | None = None,
+                             version: int = 8) -> dict[TopicPartition, ErrorCode]:
         """Validate the committer as Kafka does, then store what passed (before answering).
         `on_stored` is told what was stored while the group is still locked, so the
         consequences of one group's commits (delivery) happen in the order they were
@@ -225,15 +326,24 @@ class GroupCoordinator:
             loaded = await self._get(group_id, create=generation_id < 0)
             if loaded is None:
                 return {tp: ErrorCode.ILLEGAL_GENERATION for tp in offsets}
-            error = loaded.group.validate_commit(self._clock_ms(), generation_id, member_id,
-                                                 group_instance_id)
+            if isinstance(loaded.group, ConsumerGroup):
+                # The generation field carries the member epoch (OffsetCommit v9+), checked
+                # per partition (KIP-1251).
+                refused = loaded.group.validate_commit(member_id, generation_id, version,
+                                                       list(offsets))
+            else:
+                error = loaded.group.validate_commit(self._clock_ms(), generation_id,
+                                                     member_id, group_instance_id)
+                refused = {} if error is ErrorCode.NONE else {tp: error for tp in offsets}
             self._arm(loaded)
-            if error is not ErrorCode.NONE:
-                return {tp: error for tp in offsets}
-            codes: dict[TopicPartition, ErrorCode] = {}
+            codes: dict[TopicPartition, ErrorCode] = dict(refused)
+            if len(codes) == len(offsets):
+                return codes
             accepted: dict[TopicPartition, CommittedOffset] = {}
             stamp = wall_clock_ms()
             for tp, committed in offsets.items():
+                if tp in refused:
+                    continue
                 metadata = committed.metadata or ""
                 if len(metadata) > self.settings.max_offset_metadata_bytes:
                     codes[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
@@ -261,6 +371,18 @@ class GroupCoordinator:
         """The committed offsets among `tps` (every committed one when None)."""
         return await self._store.load_offsets(group_id, tps)
 
+    async def validate_fetch(self, group_id: str, member_id: str | None,
+                             member_epoch: int) -> ErrorCode:
+        """OffsetFetch v9+ from a member of a consumer group names itself and its epoch;
+        Kafka checks them (a classic group, or none, checks nothing)."""
+        if member_id is None and member_epoch < 0:
+            return ErrorCode.NONE
+        async with self._locks.hold(group_id):
+            loaded = await self._get(group_id, create=False)
+            if loaded is None or not isinstance(loaded.group, ConsumerGroup):
+                return ErrorCode.NONE
+            return loaded.group.validate_fetch(member_id, member_epoch)
+
     # --- deleting ------------------------------------------------------------------------
 
     async def delete_group(self, group_id: str) -> ErrorCode:
@@ -274,7 +396,7 @@ class GroupCoordinator:
                 if stored.record is None and not await self._store.has_offsets(group_id):
                     return ErrorCode.GROUP_ID_NOT_FOUND
                 revision = stored.revision
-            elif loaded.group.state is not GroupState.EMPTY:
+            elif not _is_empty(loaded.group):
                 return ErrorCode.NON_EMPTY_GROUP
             else:
                 revision = loaded.redis_revision
@@ -300,6 +422,9 @@ class GroupCoordinator:
                 if stored.record is None and not await self._store.has_offsets(group_id):
                     return OffsetDeletion(ErrorCode.GROUP_ID_NOT_FOUND)
                 revision, subscribed = stored.revision, frozenset[str]()
+            elif isinstance(loaded.group, ConsumerGroup):
+                subscribed = loaded.group.subscribed_topics() & {tp.topic for tp in tps}
+                revision = loaded.redis_revision
             else:
                 group = loaded.group
                 if group.state is not GroupState.EMPTY \
@@ -331,18 +456,27 @@ class GroupCoordinator:
             return loaded
         stored = await self._store.load(group_id)
         if stored.record is not None:
-            group = group_from_json(group_id, stored.record, now, self.settings,
-                                    self._unique_suffix)
+            group: AnyGroup
+            if is_consumer_group_record(stored.record):
+                group = consumer_group_from_json(group_id, stored.record, now,
+                                                 self.consumer_settings)
+            else:
+                group = group_from_json(group_id, stored.record, now, self.settings,
+                                        self._unique_suffix)
             log.info("group %s loaded from Redis: %s, generation %d, %d members", group_id,
-                     group.state.value, group.generation_id, len(group.members))
-            loaded = _Loaded(group, group.revision, stored.revision, persisted=True,
-                             last_used_ms=now, announced_generation=group.generation_id)
-        elif create:
-            group = Group(group_id, self.settings, self._unique_suffix)
-            loaded = _Loaded(group, group.revision, stored.revision, persisted=False,
-                             last_used_ms=now, announced_generation=group.generation_id)
-        else:
-            return None
+                     group.state.value, _epoch(group), len(group.members))
+            return self._install(group_id, group, persisted=True,
+                                 redis_revision=stored.revision)
+        if create:
+            return self._install(group_id, Group(group_id, self.settings, self._unique_suffix),
+                                 persisted=False, redis_revision=stored.revision)
+        return None
+
+    def _install(self, group_id: str, group: AnyGroup, *, persisted: bool,
+                 redis_revision: int) -> _Loaded:
+        now = self._clock_ms()
+        loaded = _Loaded(group, group.revision, redis_revision, persisted=persisted,
+                         last_used_ms=now, announced_generation=_epoch(group))
         self._groups[group_id] = loaded
         self._arm(loaded)
         self._sweep(now)
@@ -376,8 +510,7 @@ class GroupCoordinator:
 
     def _idle(self, loaded: _Loaded) -> bool:
         group = loaded.group
-        return (group.state is GroupState.EMPTY and not group.members
-                and not group.pending_members and group.next_deadline_ms() is None
+        return (_is_empty(group) and group.next_deadline_ms() is None
                 and loaded.timer is None and loaded.stored_revision == group.revision
                 and not self._locks.held(group.group_id))
 
@@ -392,21 +525,29 @@ class GroupCoordinator:
         group = loaded.group
         if group.revision != loaded.stored_revision:
             await self._persist(loaded)
-        if group.generation_id != loaded.announced_generation:
-            loaded.announced_generation = group.generation_id
-            log.info("group %s: generation %d, %s with %d members (protocol %s, leader %s)",
-                     group.group_id, group.generation_id, group.state.value,
-                     len(group.members), group.protocol_name, group.leader_id)
-        for ticket, reply in group.take_replies():
-            self._answer(ticket, reply)
+        if _epoch(group) != loaded.announced_generation:
+            loaded.announced_generation = _epoch(group)
+            if isinstance(group, Group):
+                log.info("group %s: generation %d, %s with %d members (protocol %s, "
+                         "leader %s)", group.group_id, group.generation_id, group.state.value,
+                         len(group.members), group.protocol_name, group.leader_id)
+            else:
+                log.info("consumer group %s: epoch %d, %s with %d members (assignor %s)",
+                         group.group_id, group.group_epoch, group.state.value,
+                         len(group.members), group.assignor_name)
+        if isinstance(group, Group):
+            for ticket, reply in group.take_replies():
+                self._answer(ticket, reply)
         self._arm(loaded)
 
     async def _persist(self, loaded: _Loaded) -> None:
         group = loaded.group
         revision = group.revision
+        record = (group_to_json(group) if isinstance(group, Group)
+                  else consumer_group_to_json(group))
         try:
             loaded.redis_revision = await self._store.save(
-                group.group_id, group_to_json(group), loaded.redis_revision)
+                group.group_id, record, loaded.redis_revision)
         except GroupConflict:
             log.info("group %s changed in Redis since it was loaded; dropped from memory to "
                      "be reloaded", group.group_id)
@@ -465,6 +606,17 @@ class GroupCoordinator:
                 await self._settle(loaded)
             except StorageError as exc:
                 log.warning("group %s: timer actions not persisted: %s", group_id, exc)
+
+
+def _epoch(group: AnyGroup) -> int:
+    return group.generation_id if isinstance(group, Group) else group.group_epoch
+
+
+def _is_empty(group: AnyGroup) -> bool:
+    if isinstance(group, ConsumerGroup):
+        return not group.members
+    return (group.state is GroupState.EMPTY and not group.members
+            and not group.pending_members)
 
 
 def _done(result: Any) -> asyncio.Future[Any]:

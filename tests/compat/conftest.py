@@ -14,7 +14,10 @@ from tests.kiln_harness import RunningKiln, start_kiln
 # kiln.flush() before they read the hardened topic, so they never wait for the delay.
 HARDEN_DELAY_MS = 100
 # Groups that form in a fraction of a second: the tests start and stop members.
-GROUP_SETTINGS = {"group_initial_rebalance_delay_ms": 100, "group_min_session_timeout_ms": 1000}
+GROUP_SETTINGS = {"group_initial_rebalance_delay_ms": 100, "group_min_session_timeout_ms": 1000,
+                  # KIP-848 members learn of a rebalance from their next heartbeat.
+                  "group_consumer_heartbeat_interval_ms": 300,
+                  "group_consumer_session_timeout_ms": 6000}
 
 
 @pytest.fixture
@@ -47,3 +50,23 @@ def kafka_tools() -> None:
         java_binary()
     except ServiceError as exc:
         _unavailable("Kafka's Java tools", str(exc))
+
+
+@pytest.fixture
+def kiln_answering_all(module_kiln: RunningKiln,
+                       caplog: pytest.LogCaptureFixture) -> Iterator[RunningKiln]:
+    """`module_kiln`, checked when the test is over: Kiln answered every request the test's
+    clients sent. It closed no connection for a request it could not take (its
+    kiln_malformed_frames counter: malformed, unsupported, oversized or unfinished frames)
+    and answered none with UNKNOWN_SERVER_ERROR for an unexpected failure (which dispatch
+    logs at ERROR). The client matrix's target is 0 of each."""
+    closed_before = module_kiln.app.context.counters.malformed_frames
+    yield module_kiln
+    closed = module_kiln.app.context.counters.malformed_frames - closed_before
+    kiln_logged = [f"{r.levelname} {r.name}: {r.getMessage()}" for r in caplog.get_records("call")
+                   if r.name.startswith("proxy.")
+                   and r.levelname in ("WARNING", "ERROR", "CRITICAL")]
+    failed = [line for line in kiln_logged if not line.startswith("WARNING")]
+    assert closed == 0, (f"Kiln closed {closed} client connection(s) on a request it could not "
+                         "take:\n" + "\n".join(kiln_logged))
+    assert failed == [], "Kiln failed requests unexpectedly:\n" + "\n".join(failed)

@@ -7,8 +7,9 @@
 - `run_verifiable_producer` runs Kafka's `VerifiableProducer`, the Java `KafkaProducer`
   printing one JSON event per acknowledged record (partition and offset).
 - `VerifiableConsumerProcess` runs Kafka's `VerifiableConsumer`, a Java `KafkaConsumer` in a
-  group (classic protocol) printing one JSON event per record, assignment, revocation and
-  commit, in the background while the test changes the group around it.
+  group (the classic protocol, or KIP-848's `consumer` protocol) printing one JSON event per
+  record, assignment, revocation and commit, in the background while the test changes the
+  group around it.
 
 Each JVM launch costs a second or two, so tests launch as few as they can.
 """
@@ -223,15 +224,18 @@ class VerifiableConsumerProcess:
     group, running in the background; a thread collects its events as it prints them."""
 
     def __init__(self, bootstrap: str, topic: str, group: str,
-                 config: Mapping[str, str | int], workdir: Path, name: str) -> None:
+                 config: Mapping[str, str | int], workdir: Path, name: str,
+                 group_protocol: str = "classic") -> None:
         self.name = name
         properties = write_properties(workdir / f"consumer-{name}.properties",
                                       {"client.id": name, **config})
+        # The KIP-848 protocol has no client session timeout: the coordinator sets it.
+        session = (("--session-timeout", "6000") if group_protocol == "classic" else ())
         self._stderr: IO[str] = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed in stop)
         self._process = subprocess.Popen(
             java_command(VERIFIABLE_CONSUMER, "--bootstrap-server", bootstrap,
-                         "--topic", topic, "--group-id", group, "--verbose",
-                         "--session-timeout", "6000", "--reset-policy", "earliest",
+                         "--topic", topic, "--group-id", group, "--verbose", *session,
+                         "--group-protocol", group_protocol, "--reset-policy", "earliest",
                          "--command-config", str(properties)),
             stdout=subprocess.PIPE, stderr=self._stderr, text=True)
         self._events: list[ConsumerEvent] = []

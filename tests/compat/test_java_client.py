@@ -7,7 +7,8 @@ VerifiableConsumer tools (tests/compat/java.py).
   intact, both through Kiln and from the hardened Kafka topic.
 - A consumer group of two members, one joining late and one leaving, while a producer keeps
   producing: every record consumed once, none below a committed offset, partitions
-  rebalanced between the members.
+  rebalanced between the members; with the classic protocol, and with KIP-848's
+  (`group.protocol=consumer`: server-side assignment, incremental rebalances).
 
 One Kiln serves the whole module (topics and groups are the tests' own).
 """
@@ -33,6 +34,7 @@ from tests.compat.clients import (
     read_hardened,
 )
 from tests.compat.java import (
+    CONSUMER_GROUPS,
     Assigned,
     Committed,
     ConsumerEvent,
@@ -40,6 +42,7 @@ from tests.compat.java import (
     Revoked,
     VerifiableConsumerProcess,
     committed_offsets,
+    run_tool,
     run_verifiable_producer,
 )
 from tests.kiln_harness import RunningKiln
@@ -314,6 +317,86 @@ def test_consumer_group_rebalances_as_members_join_and_leave_and_reads_every_rec
     commits = [e for e in a_events + b_events if isinstance(e, Committed)]
     assert [c.error for c in commits if not c.success] == []
     assert consumed_below_a_commit([a_events, b_events]) == []
+    ends = Counter(s.partition for s in sent)
+    assert committed_offsets(module_kiln.bootstrap, group) == {
+        (unique_topic, p): end for p, end in ends.items()}
+
+
+def owned(member: VerifiableConsumerProcess) -> frozenset[int]:
+    """What the member owns now, from its incremental (KIP-848) assignment events."""
+    partitions: frozenset[int] = frozenset()
+    for event in member.events:
+        if isinstance(event, Assigned):
+            partitions |= event.partitions
+        elif isinstance(event, Revoked):
+            partitions -= event.partitions
+    return partitions
+
+
+def test_kip848_group_rebalances_incrementally_and_reads_every_record_once(
+        module_kiln: RunningKiln, unique_topic: str, tmp_path: Path,
+        members: list[VerifiableConsumerProcess], producer: KeepProducing) -> None:
+    # Given a 4-partition topic whose first 200 records were hardened to Kafka and a producer
+    # that keeps producing
+    create_topic_confluent(module_kiln.bootstrap, unique_topic, GROUP_PARTITIONS)
+    producer.send(200)
+    producer.flush()
+    assert module_kiln.flush()
+    producer.start()
+    group = f"java848-{uuid.uuid4().hex[:8]}"
+
+    def join(name: str) -> VerifiableConsumerProcess:
+        member = VerifiableConsumerProcess(module_kiln.bootstrap, unique_topic, group,
+                                           {"max.poll.records": 40, "fetch.max.wait.ms": 100},
+                                           tmp_path, name, group_protocol="consumer")
+        members.append(member)
+        return member
+
+    # When member A reads alone with the KIP-848 protocol, B joins, A leaves, B reads on
+    first = join("member-a")
+    first.wait_for("every partition assigned and the hardened records read",
+                   lambda: owned(first) == ALL_PARTITIONS and len(first.records()) >= 200)
+    second = join("member-b")
+    second.wait_for("the partitions split between A and B", lambda: (
+        bool(owned(first)) and bool(owned(second)) and not owned(first) & owned(second)
+        and owned(first) | owned(second) == ALL_PARTITIONS and len(second.records()) >= 10))
+    split = (owned(first), owned(second))
+    described = run_tool(CONSUMER_GROUPS, "--bootstrap-server", module_kiln.bootstrap,
+                         "--describe", "--group", group, "--members")
+    first_exit = first.stop()
+    second.wait_for("every partition owned by B, and records of A's share read by B", lambda: (
+        owned(second) == ALL_PARTITIONS
+        and sum(r.partition in split[0] for r in second.records()) >= 20))
+    sent = producer.stop()
+    wanted = {(s.partition, s.offset) for s in sent}
+    second.wait_for("every record read", lambda: wanted <= {
+        (r.partition, r.offset) for r in first.records() + second.records()})
+    second.stop()
+
+    # Then the group was rebalanced incrementally: A gave up only B's share (keeping its own
+    # without a pause), B got its share, then A's once A left
+    a_share, b_share = split
+    assert a_share and b_share and a_share | b_share == ALL_PARTITIONS, split
+    # (the consumer calls its listener with nothing assigned while its share is released)
+    changes = [[m for m in membership(member.events) if m[1]] for member in (first, second)]
+    assert changes[0][:2] == [("assigned", ALL_PARTITIONS), ("revoked", b_share)]
+    assert changes[1][:2] == [("assigned", b_share), ("assigned", a_share)]
+    assert first_exit in (0, 143), first.stderr()
+    # and Kafka's own tool described both members of the consumer group (ConsumerGroupDescribe)
+    assert described.returncode == 0, described
+    rows = [line.split() for line in described.lines if line.startswith(group)]
+    assert sorted(int(row[4]) for row in rows) == sorted([len(a_share), len(b_share)]), described
+    # and every record was read exactly once, intact, in order within each assignment
+    read = first.records() + second.records()
+    duplicates = [k for k, n in Counter((r.partition, r.offset) for r in read).items() if n > 1]
+    assert duplicates == []
+    assert len(read) == len(sent)
+    by_position = {(s.partition, s.offset): (s.key, s.value) for s in sent}
+    assert all(by_position[(r.partition, r.offset)] == (r.key, r.value) for r in read)
+    # and every commit succeeded (OffsetCommit v9, under the member epoch), the last ones at
+    # the log's end
+    commits = [e for e in first.events + second.events if isinstance(e, Committed)]
+    assert [c.error for c in commits if not c.success] == []
     ends = Counter(s.partition for s in sent)
     assert committed_offsets(module_kiln.bootstrap, group) == {
         (unique_topic, p): end for p, end in ends.items()}

@@ -213,7 +213,12 @@ def test_offset_commit(version: int) -> None:
     assert {p.error_code for p in failed.topics[0].partitions} == {E.COORDINATOR_NOT_AVAILABLE}
 
 
-@pytest.mark.parametrize("version", versions(ApiKey.OFFSET_FETCH))
+# v8 changed the shape: several groups per request, each with its own error.
+SINGLE_GROUP_FETCH = [v for v in versions(ApiKey.OFFSET_FETCH) if v < 8]
+BATCHED_FETCH = [v for v in versions(ApiKey.OFFSET_FETCH) if v >= 8]
+
+
+@pytest.mark.parametrize("version", SINGLE_GROUP_FETCH)
 def test_offset_fetch(version: int) -> None:
     topic = OffsetFetchRequest.OffsetFetchRequestTopic
     request = decoded_request(OffsetFetchRequest[version](
@@ -237,12 +242,39 @@ def test_offset_fetch(version: int) -> None:
             E.COORDINATOR_NOT_AVAILABLE}
 
 
-@pytest.mark.parametrize("version", versions(ApiKey.OFFSET_FETCH)[1:])
+@pytest.mark.parametrize("version", SINGLE_GROUP_FETCH[1:])
 def test_offset_fetch_of_every_committed_partition_is_a_null_topic_list(version: int) -> None:
     request = decoded_request(OffsetFetchRequest[version](group_id="g", topics=None,
                                                          require_stable=False), version)
 
     assert request.body.topics is None
+
+
+@pytest.mark.parametrize("version", BATCHED_FETCH)
+def test_offset_fetch_of_several_groups_answers_each_group(version: int) -> None:
+    group = OffsetFetchRequest.OffsetFetchRequestGroup
+    topic = group.OffsetFetchRequestTopics
+    request = decoded_request(OffsetFetchRequest[version](groups=[
+        group(group_id="g", member_id="m", member_epoch=3,
+              topics=[topic(name="t", partition_indexes=[0, 1])]),
+        group(group_id="h", topics=None)], require_stable=False), version)
+    found = {offsets.TopicPartition("t", 0): offsets.CommittedOffset(42, "meta", 3)}
+
+    answer = read_back(request, offsets._fetch_groups_body(version, [
+        offsets._GroupOffsets("g", {"t": [0, 1]}, found, E.NONE),
+        offsets._GroupOffsets("h", {}, {}, E.STALE_MEMBER_EPOCH)]))
+    failed = read_back(request, failure_response(request, E.COORDINATOR_LOAD_IN_PROGRESS))
+
+    assert request.body.groups[1].topics is None
+    if version >= 9:
+        assert (request.body.groups[0].member_id, request.body.groups[0].member_epoch) == (
+            "m", 3)
+    g, h = answer.groups
+    assert [(p.partition_index, p.committed_offset, p.committed_leader_epoch, p.metadata)
+            for p in g.topics[0].partitions] == [(0, 42, 3, "meta"), (1, -1, -1, "")]
+    assert (g.error_code, h.error_code, h.topics) == (0, E.STALE_MEMBER_EPOCH, [])
+    assert [(f.group_id, f.error_code) for f in failed.groups] == [
+        ("g", E.COORDINATOR_LOAD_IN_PROGRESS), ("h", E.COORDINATOR_LOAD_IN_PROGRESS)]
 
 
 @pytest.mark.parametrize("version", versions(ApiKey.FIND_COORDINATOR))

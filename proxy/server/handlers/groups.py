@@ -213,12 +213,16 @@ def describe_error(request: Request, code: ErrorCode) -> Message:
 
 async def list_groups(ctx: KilnContext, request: Request) -> Message:
     version = request.header.request_api_version
-    wanted = {s.lower() for s in request.body.states_filter or ()} if version >= 4 else set()
+    # Kafka matches both filters without regard to case.
+    states = {s.lower() for s in request.body.states_filter or ()} if version >= 4 else set()
+    types = {t.lower() for t in request.body.types_filter or ()} if version >= 5 else set()
     with coordinator_errors():
         listed = await ctx.groups.list_groups()
     groups = [_LIST.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type,
-                                group_state=g.state.value)
-              for g in listed if not wanted or g.state.value.lower() in wanted]
+                                group_state=g.state, group_type=g.group_type)
+              for g in listed
+              if (not states or g.state.lower() in states)
+              and (not types or g.group_type in types)]
     return _LIST[version](throttle_time_ms=0, error_code=0, groups=groups)
 
 

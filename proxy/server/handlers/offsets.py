@@ -1,10 +1,12 @@
 """OffsetCommit and OffsetFetch: committed offsets kept in Redis by the group coordinator.
 
 A commit is validated as Kafka validates it (generation and member, or a simple commit by a
-client that does not use group management), stored in Redis before it is answered, and then
-reported to delivery (storage/delivery.py), which may make records delivered. The report
-says whether a member of the group's current generation made the commit: a standalone one
-never counts for a subscription the group registered itself (docs/delivery.md).
+client that does not use group management; the member epoch, from v9, for a member of a
+KIP-848 consumer group, which must commit and fetch at v9 or above), stored in Redis before
+it is answered, and then reported to delivery (storage/delivery.py), which may make records
+delivered. The report says whether a member of the group's current generation made the
+commit: a standalone one never counts for a subscription the group registered itself
+(docs/delivery.md).
 
 The two writes are not one Redis transaction (the group's offsets and a partition's commits
 live under different hash tags), so their order is what keeps a crash between them safe:
@@ -14,8 +16,12 @@ behind a stored commit (records are then hardened, not lost) but never run ahead
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
 from proxy.protocol.apis import CLIENT_APIS, ApiKey, Message, Request
-from proxy.protocol.errors import ErrorCode
+from proxy.protocol.errors import ErrorCode, KafkaError
 from proxy.server.context import KilnContext
 from proxy.server.handlers.group_errors import coordinator_errors, offset_fetch_errors
 from storage.groups.model import CommittedOffset, StoredCommit
@@ -27,6 +33,9 @@ _COMMIT_PARTITION = _COMMIT_TOPIC.OffsetCommitResponsePartition
 _FETCH = CLIENT_APIS[ApiKey.OFFSET_FETCH].response
 _FETCH_TOPIC = _FETCH.OffsetFetchResponseTopic
 _FETCH_PARTITION = _FETCH_TOPIC.OffsetFetchResponsePartition
+_FETCH_GROUP = _FETCH.OffsetFetchResponseGroup
+_FETCH_GROUP_TOPIC = _FETCH_GROUP.OffsetFetchResponseTopics
+_FETCH_GROUP_PARTITION = _FETCH_GROUP_TOPIC.OffsetFetchResponsePartitions
 _NOTHING_COMMITTED = CommittedOffset(-1, "", -1)
 
 
@@ -56,7 +65,8 @@ async def commit(ctx: KilnContext, request: Request) -> Message:
 
             codes.update(await ctx.groups.commit_offsets(
                 body.group_id, body.generation_id_or_member_epoch, body.member_id,
-                body.group_instance_id if version >= 7 else None, wanted, on_stored=deliver))
+                body.group_instance_id if version >= 7 else None, wanted, on_stored=deliver,
+                version=version))
     return _commit_body(request, codes)
 
 
@@ -83,40 +93,95 @@ def commit_error(request: Request, code: ErrorCode) -> Message:
 
 async def fetch(ctx: KilnContext, request: Request) -> Message:
     body = request.body
-    if body.topics is None:  # v2+: every partition the group has committed
-        with offset_fetch_errors():
-            found = await ctx.groups.fetch_offsets(body.group_id, None)
+    version = request.header.request_api_version
+    if version >= 8:  # several groups per request, each answered on its own
+        answers = []
+        for group in body.groups:
+            member = (group.member_id, group.member_epoch) if version >= 9 else (None, -1)
+            try:
+                with offset_fetch_errors():
+                    answers.append(await _fetch_group(ctx, group.group_id, group.topics,
+                                                      *member))
+            except KafkaError as exc:
+                answers.append(_GroupOffsets(group.group_id, {}, {}, exc.error_code))
+        return _fetch_groups_body(version, answers)
+    with offset_fetch_errors():
+        answer = await _fetch_group(ctx, body.group_id, body.topics, None, -1)
+    return _fetch_body(request, answer.by_topic, answer.found, ErrorCode.NONE)
+
+
+@dataclass(frozen=True, slots=True)
+class _GroupOffsets:
+    group_id: str
+    by_topic: dict[str, list[int]]
+    found: dict[TopicPartition, CommittedOffset]
+    error_code: ErrorCode
+
+
+async def _fetch_group(ctx: KilnContext, group_id: str, topics: Any,
+                       member_id: str | None, member_epoch: int) -> _GroupOffsets:
+    """One group's committed offsets: of `topics` (name and partition_indexes each), or of
+    every partition the group has committed when None. A member of a consumer group
+    (OffsetFetch v9+) must be one, at its epoch."""
+    code = await ctx.groups.validate_fetch(group_id, member_id, member_epoch)
+    if code is not ErrorCode.NONE:
+        return _GroupOffsets(group_id, {}, {}, code)
+    if topics is None:
+        found = await ctx.groups.fetch_offsets(group_id, None)
         by_topic: dict[str, list[int]] = {}
         for tp in sorted(found, key=lambda tp: (tp.topic, tp.partition)):
             by_topic.setdefault(tp.topic, []).append(tp.partition)
     else:
-        by_topic = {t.name: list(t.partition_indexes) for t in body.topics}
+        by_topic = {t.name: list(t.partition_indexes) for t in topics}
         tps = [TopicPartition(name, p) for name, parts in by_topic.items() for p in parts]
-        with offset_fetch_errors():
-            found = await ctx.groups.fetch_offsets(body.group_id, tps)
-    return _fetch_body(request, by_topic, found, ErrorCode.NONE)
+        found = await ctx.groups.fetch_offsets(group_id, tps)
+    return _GroupOffsets(group_id, by_topic, found, ErrorCode.NONE)
+
+
+def _committed(by_topic: dict[str, list[int]], found: dict[TopicPartition, CommittedOffset]
+               ) -> Iterator[tuple[str, list[tuple[int, CommittedOffset]]]]:
+    for name, partitions in by_topic.items():
+        yield name, [(p, found.get(TopicPartition(name, p), _NOTHING_COMMITTED))
+                     for p in partitions]
 
 
 def _fetch_body(request: Request, by_topic: dict[str, list[int]],
                 found: dict[TopicPartition, CommittedOffset], code: ErrorCode) -> Message:
-    topics = []
-    for name, partitions in by_topic.items():
-        entries = []
-        for partition in partitions:
-            committed = found.get(TopicPartition(name, partition), _NOTHING_COMMITTED)
-            entries.append(_FETCH_PARTITION(
-                partition_index=partition, committed_offset=committed.offset,
-                committed_leader_epoch=committed.leader_epoch, metadata=committed.metadata,
-                error_code=int(code)))
-        topics.append(_FETCH_TOPIC(name=name, partitions=entries))
+    topics = [
+        _FETCH_TOPIC(name=name, partitions=[
+            _FETCH_PARTITION(partition_index=partition, committed_offset=committed.offset,
+                             committed_leader_epoch=committed.leader_epoch,
+                             metadata=committed.metadata, error_code=int(code))
+            for partition, committed in entries])
+        for name, entries in _committed(by_topic, found)
+    ]
     return _FETCH[request.header.request_api_version](throttle_time_ms=0, error_code=int(code),
                                                       topics=topics)
 
 
+def _fetch_groups_body(version: int, answers: list[_GroupOffsets]) -> Message:
+    groups = [
+        _FETCH_GROUP(group_id=answer.group_id, error_code=int(answer.error_code), topics=[
+            _FETCH_GROUP_TOPIC(name=name, partitions=[
+                _FETCH_GROUP_PARTITION(partition_index=partition,
+                                       committed_offset=committed.offset,
+                                       committed_leader_epoch=committed.leader_epoch,
+                                       metadata=committed.metadata, error_code=0)
+                for partition, committed in entries])
+            for name, entries in _committed(answer.by_topic, answer.found)])
+        for answer in answers
+    ]
+    return _FETCH[version](throttle_time_ms=0, groups=groups)
+
+
 def fetch_error(request: Request, code: ErrorCode) -> Message:
-    """As Kafka: v2+ carries the error at the top with no partitions; v1 has no top-level
-    error, so every requested partition carries it."""
-    if request.header.request_api_version >= 2 or request.body.topics is None:
+    """As Kafka: v8+ carries the error per group, v2+ at the top with no partitions; v1 has
+    no top-level error, so every requested partition carries it."""
+    version = request.header.request_api_version
+    if version >= 8:
+        return _fetch_groups_body(version, [_GroupOffsets(g.group_id, {}, {}, code)
+                                            for g in request.body.groups])
+    if version >= 2 or request.body.topics is None:
         return _fetch_body(request, {}, {}, code)
     by_topic = {t.name: list(t.partition_indexes) for t in request.body.topics}
     return _fetch_body(request, by_topic, {}, code)
