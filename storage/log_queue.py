@@ -651,20 +651,19 @@ class LogQueue:
             raise BufferUnavailable(str(exc)) from exc
         return _stored_batch(*first[0]).base_offset if first else int(next_offset or 0)
 
-    async def first_at_or_after(self, tp: TopicPartition, timestamp_ms: int
-                                ) -> tuple[int, int] | None:
-        """(offset, batch max timestamp) of the first batch whose max timestamp reaches
-        `timestamp_ms` (batch granularity: clients skip earlier records of a batch)."""
+    async def first_batch_reaching(self, tp: TopicPartition, timestamp_ms: int,
+                                   from_offset: int = 0) -> StoredBatch | None:
+        """The first batch starting at or after `from_offset` whose max timestamp reaches
+        `timestamp_ms`: the first record at or after that time is in it, or after it."""
         key = _key(tp, "log")
-        start = "-"
+        start = f"{from_offset}-0"
         try:
             while True:
                 entries = await self._redis.xrange(key, start, "+", count=_READ_BATCHES)
                 for entry_id, fields in entries or []:
                     batch = _stored_batch(entry_id, fields)
-                    max_timestamp = read_header(batch.data).max_timestamp
-                    if max_timestamp >= timestamp_ms:
-                        return batch.base_offset, max_timestamp
+                    if read_header(batch.data).max_timestamp >= timestamp_ms:
+                        return batch
                 if not entries or len(entries) < _READ_BATCHES:
                     return None
                 last_id = entries[-1][0]

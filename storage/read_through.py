@@ -89,6 +89,9 @@ class _Earliest:
     log_start: int  # Kafka's log start offset when it was learned
     kiln_offset: int | None
     learned_at: float
+    # How many records Kiln had hardened into the partition (Redis's count) when the look-up
+    # began: an answer that Kafka held none is out of date once more have been.
+    hardened_records: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,10 +127,11 @@ class ColdReader:
 
     # --- earliest Kiln offset --------------------------------------------------------------
 
-    async def earliest(self, tp: TopicPartition) -> int | None:
+    async def earliest(self, tp: TopicPartition, hardened_records: int = 0) -> int | None:
         """The first Kiln offset Kafka holds for the partition (None: it holds no record),
         asked of Kafka now; the last answer if Kafka cannot be reached and it held records
-        then (they only ever go away from the front)."""
+        then (they only ever go away from the front). `hardened_records`: as
+        earliest_after_hardening."""
         try:
             log_start = await self._client.list_offset(tp.topic, tp.partition, EARLIEST)
             known = self._earliest.get(tp)
@@ -152,27 +156,51 @@ class ColdReader:
             log.debug("%s/%d: Kafka unreachable; earliest Kiln offset as last seen, %d",
                       tp.topic, tp.partition, known.kiln_offset)
             return known.kiln_offset
-        self._earliest[tp] = _Earliest(log_start, kiln_offset, self._clock())
+        self._earliest[tp] = _Earliest(log_start, kiln_offset, self._clock(), hardened_records)
         return kiln_offset
 
-    def earliest_if_known(self, tp: TopicPartition) -> int | None:
+    def earliest_if_known(self, tp: TopicPartition, hardened_records: int = 0) -> int | None:
         """The earliest Kiln offset as last seen, without waiting on Kafka (None: unknown, or
         Kafka held no record); a missing or stale answer is asked for in the background.
-        For answers, like a hot fetch's log start offset, that must not wait on Kafka."""
+        For answers that must not wait on Kafka. `hardened_records`: as
+        earliest_after_hardening."""
         known = self._earliest.get(tp)
-        now = self._clock()
-        stale = known is None or now - known.learned_at >= self._earliest_ttl_s
-        if stale and tp not in self._refreshing \
-                and now >= self._refresh_not_before.get(tp, float("-inf")):
-            task = asyncio.create_task(self._refresh_earliest(tp),
+        if known is None or self._clock() - known.learned_at >= self._earliest_ttl_s:
+            self._refresh(tp, hardened_records)
+        return None if known is None else known.kiln_offset
+
+    async def earliest_after_hardening(self, tp: TopicPartition, hardened_records: int
+                                       ) -> int | None:
+        """As earliest_if_known, but an answer that Kafka held no record, learned when Kiln
+        had hardened fewer records into the partition than `hardened_records` (Redis's count
+        now), is asked of Kafka again and waited for: the log start must not move up to the
+        hot start because records moved into Kafka. Not while Kafka fails to answer."""
+        for _ in range(2):  # the look-up under way may have begun before the last hardening
+            known = self._earliest.get(tp)
+            if known is None or known.kiln_offset is not None \
+                    or hardened_records <= known.hardened_records \
+                    or tp in self._refresh_not_before:  # Kafka failed to answer
+                break
+            task = self._refresh(tp, hardened_records)
+            if task is None:
+                break
+            await asyncio.shield(task)
+        return self.earliest_if_known(tp, hardened_records)
+
+    def _refresh(self, tp: TopicPartition, hardened_records: int) -> asyncio.Task[None] | None:
+        """The look-up of the partition's earliest Kiln offset under way, started if none is;
+        None while a failed one waits out `refresh_retry_s`."""
+        task = self._refreshing.get(tp)
+        if task is None and self._clock() >= self._refresh_not_before.get(tp, float("-inf")):
+            task = asyncio.create_task(self._refresh_earliest(tp, hardened_records),
                                        name=f"kiln-earliest-{tp.topic}-{tp.partition}")
             self._refreshing[tp] = task
             task.add_done_callback(lambda _: self._refreshing.pop(tp, None))
-        return None if known is None else known.kiln_offset
+        return task
 
-    async def _refresh_earliest(self, tp: TopicPartition) -> None:
+    async def _refresh_earliest(self, tp: TopicPartition, hardened_records: int) -> None:
         try:
-            await self.earliest(tp)
+            await self.earliest(tp, hardened_records)
             self._refresh_not_before.pop(tp, None)
         except StorageError as exc:
             self._refresh_not_before[tp] = self._clock() + self._refresh_retry_s

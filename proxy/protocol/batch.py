@@ -1,7 +1,8 @@
 """Record batch (magic v2) headers: the only part of a produced batch Kiln reads on the hot path.
 
 Batches are stored whole, as the client encoded and compressed them. The CRC covers bytes
-21.. so base_offset and partition_leader_epoch can be rewritten without recomputing it.
+21.. (attributes onward) so base_offset and partition_leader_epoch can be rewritten without
+recomputing it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ from proxy.protocol.errors import ErrorCode, KafkaError
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 _BASE_OFFSET = struct.Struct(">q")
+# base_offset, batch_length, partition_leader_epoch: what precedes the magic byte.
+_PREFIX = struct.Struct(">qii")
+_LEADER_EPOCH = struct.Struct(">i")
+_LEADER_EPOCH_AT = 12
+_MAGIC_AT = 16
 _LENGTH_AT = 8
 _LOG_OVERHEAD = 12  # base_offset + batch_length precede what batch_length counts
 _CRC_FROM = 21
@@ -104,3 +110,26 @@ def split_batches(records: bytes | memoryview) -> Iterator[tuple[BatchHeader, me
 def with_base_offset(batch: bytes | memoryview, base_offset: int) -> bytes:
     """The batch with its base offset set (the CRC does not cover it)."""
     return _BASE_OFFSET.pack(base_offset) + bytes(memoryview(batch)[8:])
+
+
+def as_served(batch: bytes | memoryview, base_offset: int, leader_epoch: int) -> bytes:
+    """The batch as a fetch serves it: its base offset and partition leader epoch set (the
+    CRC covers neither)."""
+    view = memoryview(batch)
+    length = _PREFIX.unpack_from(view)[1]
+    return _PREFIX.pack(base_offset, length, leader_epoch) + bytes(view[_PREFIX.size:])
+
+
+def with_leader_epoch(record_set: bytes | memoryview, leader_epoch: int) -> bytes:
+    """Every magic-2 batch of a record set with its partition leader epoch set (outside the
+    CRC)."""
+    out = bytearray(record_set)
+    pos = 0
+    while len(out) - pos > _MAGIC_AT:
+        if out[pos + _MAGIC_AT] == 2:
+            _LEADER_EPOCH.pack_into(out, pos + _LEADER_EPOCH_AT, leader_epoch)
+        length = _PREFIX.unpack_from(out, pos)[1]
+        if length <= 0:
+            break
+        pos += length + _LOG_OVERHEAD
+    return bytes(out)

@@ -4,25 +4,31 @@ topic (cold tier), both in Kiln offsets.
 Everything below the log queue's start was hardened (or dropped as delivered, or never meant
 to be kept) before it was trimmed, so a read below that start is served from Kafka; when
 Kafka holds nothing at or above the wanted offset (records dropped just below the hot start)
-it is served from the hot start. Hot reads never wait on Kafka.
+it is served from the hot start. A read from Kafka that reaches the hot start goes on there.
+Hot reads do not wait on Kafka, but once to learn the log start after records moved into a
+Kafka last seen holding none (storage.read_through.ColdReader.earliest_after_hardening).
 
 The partition's log start is the earliest offset either tier holds, but never below its
 deleted mark (DeleteRecords, storage.record_deletion): nothing below that mark is served,
 even while Kafka still holds some of it, and a read below it is OFFSET_OUT_OF_RANGE.
+
+Served batches carry Kiln's leader epoch, the one Metadata, ListOffsets and
+OffsetForLeaderEpoch report, whichever tier they come from.
 """
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
-from proxy.protocol.batch import read_header, with_base_offset
+from proxy.protocol.batch import as_served, read_header, with_base_offset, with_leader_epoch
 from proxy.protocol.errors import ErrorCode
 from proxy.protocol.records import DecodedRecord, decode_records
 from proxy.server.context import KilnContext
 from storage.errors import HardenedStoreUnavailable, StorageError
 from storage.model import StoredBatch, TopicPartition
 
+# The one leader epoch of every Kiln partition (proxy.server.handlers.offset_for_leader_epoch).
+KILN_LEADER_EPOCH = 0
 # What a consumer gets for a partition whose records are in Kafka while Kafka cannot be
 # reached. kafka-python, aiokafka and librdkafka all refresh metadata (Kiln is still the
 # leader) and retry it without a word; KAFKA_STORAGE_ERROR, the closer meaning, makes aiokafka
@@ -57,26 +63,21 @@ async def read_partition(ctx: KilnContext, tp: TopicPartition, offset: int, limi
     """Batches from `offset`, up to `limit_bytes` (with `at_least_one`, at least one batch
     whatever the limit), from whichever tier holds them. The caller checks the topic."""
     if offset < 0:
-        return PartitionRead(ErrorCode.OFFSET_OUT_OF_RANGE,
-                             high_watermark=(await ctx.queue.state(tp)).next_offset,
-                             log_start_offset=await earliest_offset(ctx, tp))
+        return PartitionRead(ErrorCode.OFFSET_OUT_OF_RANGE)
     for _ in range(_TIER_ATTEMPTS):
         batches, state, hot_start = await ctx.queue.read_from(tp, offset, max(1, limit_bytes))
         deleted = state.deleted_offset
-        cold_earliest = ctx.cold.earliest_if_known(tp)
-        read = PartitionRead(high_watermark=state.next_offset,
-                             log_start_offset=_log_start(deleted, cold_earliest, hot_start),
-                             read_offset=offset)
+        read = PartitionRead(high_watermark=state.next_offset, read_offset=offset)
         if offset > state.next_offset or offset < deleted:
             read.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
-            if cold_earliest is None:
-                # A client resets to this log start: ask Kafka rather than guess.
-                with contextlib.suppress(StorageError):
-                    read.log_start_offset = await earliest_offset(ctx, tp)
             return read
         if offset >= hot_start:
-            read.records = b"".join(with_base_offset(b.data, b.base_offset) for b in batches)
+            cold_earliest = await ctx.cold.earliest_after_hardening(tp, state.hardened_records)
+            read.log_start_offset = _log_start(deleted, cold_earliest, hot_start)
+            read.records = _served(batches)
             return read
+        read.log_start_offset = _log_start(
+            deleted, ctx.cold.earliest_if_known(tp, state.hardened_records), hot_start)
         if limit_bytes <= 0 and not at_least_one:
             return read  # nothing would fit: leave Kafka alone
         try:
@@ -91,11 +92,30 @@ async def read_partition(ctx: KilnContext, tp: TopicPartition, offset: int, limi
             read.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
             return read
         if cold.next_offset is not None:
-            read.records = cold.records
+            read.records = with_leader_epoch(cold.records, KILN_LEADER_EPOCH)
+            if cold.records and cold.next_offset == hot_start:
+                # Kafka's records reach the hot start: the log goes on in Redis (all of
+                # `batches`, read below the hot start), as one Kafka log would answer.
+                read.records += _served(_fitting(batches, limit_bytes - len(read.records)))
             return read
         offset = hot_start  # a gap of dropped records up to the hot start
     return PartitionRead(high_watermark=read.high_watermark,
                          log_start_offset=read.log_start_offset, read_offset=offset)
+
+
+def _served(batches: list[StoredBatch]) -> bytes:
+    return b"".join(as_served(b.data, b.base_offset, KILN_LEADER_EPOCH) for b in batches)
+
+
+def _fitting(batches: list[StoredBatch], limit_bytes: int) -> list[StoredBatch]:
+    """The first batches that fit in `limit_bytes` together."""
+    taken: list[StoredBatch] = []
+    for batch in batches:
+        limit_bytes -= len(batch.data)
+        if limit_bytes < 0:
+            break
+        taken.append(batch)
+    return taken
 
 
 async def start_if_unknown(ctx: KilnContext, tp: TopicPartition) -> None:
@@ -116,26 +136,33 @@ async def earliest_offset(ctx: KilnContext, tp: TopicPartition) -> int:
 
 async def offset_for_timestamp(ctx: KilnContext, tp: TopicPartition, timestamp: int
                                ) -> tuple[int, int] | None:
-    """(Kiln offset, timestamp) of the first record at or after `timestamp`, at batch
-    granularity in the hot tier; Kafka is asked only when the hot tier's first batch
-    already reaches the timestamp (or none does), so that the answer may lie below it.
-    Never below the deleted mark."""
+    """(Kiln offset, timestamp) of the first record at or after `timestamp`, never below the
+    deleted mark, as Kafka finds it: in the first batch whose max timestamp reaches it, the
+    first record that does. Kafka is asked only when the hot tier's first batch already
+    reaches the timestamp (or none does), so that the answer may lie below it."""
     deleted = (await ctx.queue.state(tp)).deleted_offset
-    found = await _first_at_or_after(ctx, tp, timestamp)
-    if found is not None and found[0] < deleted:
-        return deleted, found[1]
-    return found
-
-
-async def _first_at_or_after(ctx: KilnContext, tp: TopicPartition, timestamp: int
-                             ) -> tuple[int, int] | None:
-    hot = await ctx.queue.first_at_or_after(tp, timestamp)
+    hot = await _hot_first_at_or_after(ctx, tp, timestamp, deleted)
     if hot is not None and hot[0] > await ctx.queue.start_offset(tp):
-        return hot
+        return hot[1]
     cold = await ctx.cold.offset_for_timestamp(tp, timestamp)
-    if cold is not None and (hot is None or cold.kiln_offset < hot[0]):
-        return cold.kiln_offset, cold.timestamp
-    return hot
+    if cold is not None and (hot is None or cold.kiln_offset < hot[1][0]):
+        # A record Kafka still holds below the deleted mark (its deletion failed).
+        return max(cold.kiln_offset, deleted), cold.timestamp
+    return None if hot is None else hot[1]
+
+
+async def _hot_first_at_or_after(ctx: KilnContext, tp: TopicPartition, timestamp: int,
+                                 floor: int) -> tuple[int, tuple[int, int]] | None:
+    """(base offset of its batch, (offset, timestamp)) of the first record in the log queue
+    at or above `floor` whose timestamp reaches `timestamp`."""
+    from_offset = 0
+    while (batch := await ctx.queue.first_batch_reaching(tp, timestamp, from_offset)) \
+            is not None:
+        for record in _records(batch):
+            if record.timestamp >= timestamp and record.offset >= floor:
+                return batch.base_offset, (record.offset, record.timestamp)
+        from_offset = batch.next_offset
+    return None
 
 
 async def max_timestamp(ctx: KilnContext, tp: TopicPartition) -> tuple[int, int] | None:

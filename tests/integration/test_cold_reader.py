@@ -180,3 +180,30 @@ def test_a_topic_kafka_does_not_have_holds_nothing(kafka_bootstrap: str,
 
     # Then Kafka holds none of its records, rather than being unreachable
     assert asyncio.run(run()) == (None, None, None)
+
+
+def test_that_kafka_held_nothing_is_asked_again_once_records_were_hardened(
+        kafka_bootstrap: str, unique_topic: str) -> None:
+    # Given a reader that learned Kafka holds none of the partition's records, when Redis
+    # counted 0 records hardened, and 3 records written to Kafka since
+    async def run() -> tuple[int | None, int | None, int | None, int]:
+        client = KafkaClient(kafka_bootstrap)
+        await client.create_topic(unique_topic, 1)
+        reader = ColdReader(client)
+        tp = TopicPartition(unique_topic, 0)
+        assert await reader.earliest(tp, hardened_records=0) is None
+        await client.produce(unique_topic, 0, kiln_batch([0, 1, 2], [BASE_TS] * 3))
+
+        # When the earliest offset is asked without waiting, with Redis counting 0, then 3
+        # records hardened
+        cached = reader.earliest_if_known(tp)
+        before = reader.counters.probes
+        unchanged = await reader.earliest_after_hardening(tp, 0)
+        hardened = await reader.earliest_after_hardening(tp, 3)
+        probes = reader.counters.probes - before
+        await reader.close()
+        await client.close()
+        return cached, unchanged, hardened, probes
+
+    # Then the cached answer stands until records were hardened, then Kafka is asked (once)
+    assert asyncio.run(run()) == (None, None, 0, 1)

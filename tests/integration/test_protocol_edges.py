@@ -84,11 +84,11 @@ def test_api_versions_unknown_version_answers_v0_with_error_35(kiln: RunningKiln
     frame = client.read_frame()
     client.close()
 
+    # Then the range to retry within, ApiVersions' only, as Kafka answers (KIP-511)
     assert struct.unpack_from(">i", frame)[0] == 12
     answer = ApiVersionsResponse.decode(frame[4:], version=0)
     assert answer.error_code == ErrorCode.UNSUPPORTED_VERSION
-    produce = next(k for k in answer.api_keys if k.api_key == 0)
-    assert (produce.min_version, produce.max_version) == (0, 11)
+    assert [(k.api_key, k.min_version, k.max_version) for k in answer.api_keys] == [(18, 0, 4)]
 
 
 def test_corrupt_batch_is_refused_and_not_stored(kiln: RunningKiln, redis_url: str,
@@ -111,6 +111,8 @@ def test_partition_out_of_range_is_unknown(kiln: RunningKiln, unique_topic: str)
     client.close()
 
     assert answer.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    # No offsets in a refused partition's answer, as from Kafka
+    assert (answer.base_offset, answer.log_start_offset) == (-1, -1)
 
 
 def test_illegal_topic_name_is_refused(kiln: RunningKiln) -> None:

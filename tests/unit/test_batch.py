@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-from proxy.protocol.batch import read_header, split_batches, with_base_offset
+from proxy.protocol.batch import (
+    as_served,
+    read_header,
+    split_batches,
+    with_base_offset,
+    with_leader_epoch,
+)
 from proxy.protocol.errors import ErrorCode, KafkaError
 
 
@@ -71,3 +77,34 @@ def test_base_offset_rewrite_keeps_crc_valid() -> None:
     header = read_header(patched)
     assert header.base_offset == 1234
     assert next(iter(split_batches(patched)))[0].record_count == 2
+
+
+def test_a_served_batch_carries_its_offset_and_leader_epoch_under_the_same_crc() -> None:
+    # Given a client's batch, compressed, with leader epoch -1 as producers send it
+    batch = client_batch(3, codec=1)
+
+    # When it is served at offset 1234 in leader epoch 0
+    served = as_served(batch, 1234, 0)
+
+    # Then only those fields changed, and the CRC (attributes onward) still holds
+    header = read_header(served)
+    assert (header.base_offset, header.partition_leader_epoch) == (1234, 0)
+    assert served[16:] == batch[16:]
+    assert next(iter(split_batches(served)))[0].record_count == 3
+
+
+def test_every_batch_of_a_record_set_gets_the_leader_epoch() -> None:
+    # Given a record set of two batches, the second compressed, and the start of a third
+    # cut short as a fetch limit cuts it
+    records = client_batch(2) + client_batch(4, codec=1)
+    cut = client_batch(1)[:40]
+
+    # When they are stamped with leader epoch 7
+    stamped = with_leader_epoch(records + cut, 7)
+
+    # Then both whole batches carry it with valid CRCs, and nothing else changed
+    batches = list(split_batches(stamped[:len(records)]))
+    assert [h.partition_leader_epoch for h, _ in batches] == [7, 7]
+    assert [h.record_count for h, _ in batches] == [2, 4]
+    assert len(stamped) == len(records + cut)
+    assert stamped[len(records) + 16:] == cut[16:]

@@ -1,9 +1,11 @@
 """Fetch, with long-polling, over both tiers (proxy.server.tiered_reads).
 
 From the log queue, batches are returned whole, exactly as producers sent them, with only
-their base offset set to the Kiln offset; below it, records are read back from the hardened
-Kafka topic and rebuilt in Kiln offsets. A partition whose records are in an unreachable
-Kafka answers a retriable error when the wait is over; the others answer as usual.
+their base offset set to the Kiln offset and their leader epoch to Kiln's; below it, records
+are read back from the hardened Kafka topic and rebuilt in Kiln offsets. A partition whose
+records are in an unreachable Kafka answers a retriable error when the wait is over; the
+others answer as usual. A fetch reaching the end of Kafka's records goes on in the log
+queue.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from storage.model import TopicPartition
 _RESP = CLIENT_APIS[ApiKey.FETCH].response
 _TOPIC = _RESP.FetchableTopicResponse
 _PARTITION = _TOPIC.PartitionData
+_READ_COMMITTED = 1
+_REFUSED_BEFORE_READING = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
 # How often a waiting fetch re-reads Redis, for appends made through other Kiln processes.
 _RECHECK_S = 0.1
 
@@ -75,16 +79,22 @@ async def handle(ctx: KilnContext, request: Request) -> Message:
     return _response(request, reads)
 
 
-def _response(request: Request, reads: dict[TopicPartition, PartitionRead]) -> Message:
+def _response(request: Request, reads: dict[TopicPartition, PartitionRead],
+              refused_whole: bool = False) -> Message:
+    read_committed = request.body.isolation_level == _READ_COMMITTED
     topics = []
     for topic in request.body.topics:
         partitions = []
         for part in topic.partitions:
             read = reads.get(TopicPartition(topic.topic, part.partition), PartitionRead())
+            failed = read.error_code is not ErrorCode.NONE
+            # An erroring partition's answer carries no offsets, as Kafka's does.
+            high_watermark = -1 if failed else read.high_watermark
             partitions.append(_PARTITION(
                 partition_index=part.partition, error_code=int(read.error_code),
-                high_watermark=read.high_watermark, last_stable_offset=read.high_watermark,
-                log_start_offset=read.log_start_offset, aborted_transactions=[],
+                high_watermark=high_watermark, last_stable_offset=high_watermark,
+                log_start_offset=-1 if failed else read.log_start_offset,
+                aborted_transactions=_aborted_transactions(read, read_committed, refused_whole),
                 preferred_read_replica=-1, records=read.records,
             ))
         topics.append(_TOPIC(topic=topic.topic, partitions=partitions))
@@ -92,7 +102,17 @@ def _response(request: Request, reads: dict[TopicPartition, PartitionRead]) -> M
         throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
 
 
+def _aborted_transactions(read: PartitionRead, read_committed: bool, refused_whole: bool
+                          ) -> list[object] | None:
+    """Kiln offers no transactions, so there is never an aborted one to list; whether the
+    list is empty or null is Kafka's: empty for a partition refused before its log is read
+    (and for a read_committed read), null for a read_uncommitted one or a failed read."""
+    if refused_whole or read.error_code in _REFUSED_BEFORE_READING:
+        return []
+    return [] if read_committed and read.error_code is ErrorCode.NONE else None
+
+
 def error_response(request: Request, code: ErrorCode) -> Message:
     failed = {TopicPartition(t.topic, p.partition): PartitionRead(code)
               for t in request.body.topics for p in t.partitions}
-    return _response(request, failed)
+    return _response(request, failed, refused_whole=True)

@@ -8,7 +8,8 @@
 - MAX_TIMESTAMP (-3, v7+, KIP-734): the record with the largest timestamp in either tier.
 - LATEST_TIERED (-5, v9+) and EARLIEST_PENDING_UPLOAD (-6, v11+): no tiered storage, no
   such offset: -1 (no error), as Kafka answers.
-- A timestamp: the first record at or after it.
+- A timestamp: the first record at or after it (in the first batch whose max timestamp
+  reaches it, the first record that does, as Kafka scans a batch).
 - Any other negative timestamp, or one the request's version does not know yet:
   UNSUPPORTED_VERSION, as Kafka answers.
 
@@ -22,12 +23,10 @@ from __future__ import annotations
 from proxy.protocol.apis import CLIENT_APIS, ApiKey, Message, Request
 from proxy.protocol.errors import ErrorCode, KafkaError
 from proxy.server.context import KilnContext
-from proxy.server.handlers.offset_for_leader_epoch import (
-    KILN_LEADER_EPOCH,
-    check_current_leader_epoch,
-)
+from proxy.server.handlers.offset_for_leader_epoch import check_current_leader_epoch
 from proxy.server.tiered_reads import (
     COLD_TIER_UNAVAILABLE,
+    KILN_LEADER_EPOCH,
     earliest_offset,
     max_timestamp,
     offset_for_timestamp,

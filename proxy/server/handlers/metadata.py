@@ -7,7 +7,7 @@ import uuid
 from proxy.protocol.apis import CLIENT_APIS, ApiKey, Message, Request
 from proxy.protocol.errors import ErrorCode, KafkaError
 from proxy.server.context import KilnContext
-from storage.topics import TopicConfig
+from storage.topics import TopicConfig, validate_topic_name
 
 _RESP = CLIENT_APIS[ApiKey.METADATA].response
 _TOPIC = _RESP.MetadataResponseTopic
@@ -55,6 +55,9 @@ async def _requested(ctx: KilnContext, request: Request) -> list[Message]:
                            _error_entry(None, wanted.topic_id, missing))
             continue
         try:
+            # As Kafka: a name no topic can have is INVALID_TOPIC_EXCEPTION, whether or not
+            # the client asked for creation (not UNKNOWN_TOPIC_OR_PARTITION, to be retried).
+            validate_topic_name(name)
             config = await ctx.catalog.lookup(name, allow_create=allow_create)
         except KafkaError as exc:
             entries.append(_error_entry(name, None, exc.error_code))

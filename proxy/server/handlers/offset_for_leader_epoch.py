@@ -21,6 +21,7 @@ from proxy.protocol.errors import ErrorCode, KafkaError
 from proxy.server.context import KilnContext
 from proxy.server.tiered_reads import (
     COLD_TIER_UNAVAILABLE,
+    KILN_LEADER_EPOCH,
     earliest_offset,
     start_if_unknown,
 )
@@ -31,8 +32,6 @@ _RESP = CLIENT_APIS[ApiKey.OFFSET_FOR_LEADER_EPOCH].response
 _TOPIC = _RESP.OffsetForLeaderTopicResult
 _PARTITION = _TOPIC.EpochEndOffset
 
-# The one leader epoch of every Kiln partition.
-KILN_LEADER_EPOCH = 0
 _NO_EPOCH = -1  # Kafka's UNDEFINED_EPOCH: also "no current epoch to check" in requests
 _NO_OFFSET = -1
 

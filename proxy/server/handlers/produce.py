@@ -206,10 +206,12 @@ def _response(request: Request, outcomes: dict[TopicPartition, _Outcome],
         partitions = []
         for part in topic.partition_data:
             outcome = outcomes.get(TopicPartition(topic.name, part.index), _Outcome())
+            # A refused partition's answer carries no log start, as Kafka's does.
+            log_start = 0 if outcome.error_code is ErrorCode.NONE else -1
             partitions.append(_PARTITION(
                 index=part.index, error_code=int(outcome.error_code),
-                base_offset=outcome.base_offset, log_append_time_ms=-1, log_start_offset=0,
-                record_errors=[], error_message=outcome.message,
+                base_offset=outcome.base_offset, log_append_time_ms=-1,
+                log_start_offset=log_start, record_errors=[], error_message=outcome.message,
             ))
         topics.append(_TOPIC(name=topic.name, partition_responses=partitions))
     return _RESP[request.header.request_api_version](responses=topics,
