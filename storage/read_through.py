@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from typing import ParamSpec, TypeVar
 
 from proxy.protocol.errors import ErrorCode, KafkaError
+from proxy.protocol.lineage import kiln_offset_of
 from proxy.protocol.records import (
     BatchSpan,
     LocatedRecord,
     batch_spans,
     decode_records,
     first_record_at_or_after,
-    kiln_offset_of,
     record_set_end,
     to_kiln_offsets,
 )

@@ -35,8 +35,12 @@ from aiokafka.record._crecords import DefaultRecordBatch, DefaultRecordBatchBuil
 
 from proxy.protocol.batch import CONTROL_BIT, HEADER_SIZE, TIMESTAMP_TYPE_BIT, read_header
 from proxy.protocol.errors import ErrorCode, KafkaError
-
-KILN_OFFSET_HEADER = "kiln.offset"
+from proxy.protocol.lineage import (
+    KILN_OFFSET_HEADER,
+    encode_kiln_offset,
+    kiln_offset_of,
+    take_kiln_offset,
+)
 
 CODEC_NONE = 0
 CODEC_GZIP = 1
@@ -274,7 +278,6 @@ def _reencoded(sources: Sequence[tuple[int, bytes]], skip_below: int, kiln_heade
     codec = CODEC_NONE
     count = 0
     first = last = -1
-    pack = _INT64.pack
 
     for kiln_base, batch in sources:
         header = read_header(batch)
@@ -285,7 +288,7 @@ def _reencoded(sources: Sequence[tuple[int, bytes]], skip_below: int, kiln_heade
                 continue
             headers = record.headers  # a fresh list per decoded record: extending it is safe
             if kiln_headers:
-                headers.append((KILN_OFFSET_HEADER, pack(kiln_offset)))
+                headers.append((KILN_OFFSET_HEADER, encode_kiln_offset(kiln_offset)))
             if append is not None:
                 if append(count, record.timestamp, record.key, record.value, headers) is not None:
                     count += 1
@@ -357,15 +360,6 @@ def decode_records(record_set: bytes | memoryview) -> list[DecodedRecord]:
     return records
 
 
-def kiln_offset_of(headers: Sequence[Header]) -> int | None:
-    """The Kiln offset a hardened record carries; the last such header wins, because Kiln
-    appends its own after any a client sent."""
-    for key, value in reversed(headers):
-        if key == KILN_OFFSET_HEADER and value is not None and len(value) == _INT64.size:
-            return int(_INT64.unpack(value)[0])
-    return None
-
-
 def last_kiln_offset(record_set: bytes | memoryview) -> int | None:
     """The Kiln offset of the last data record in a fetched record set (its `kiln.offset`
     header, or its Kafka offset when it has none), or None if the set holds no data record.
@@ -414,17 +408,6 @@ class KilnRecordSet:
     last: LocatedRecord | None
     end_kafka_offset: int | None
     full: bool
-
-
-def _pop_kiln_offset(headers: list[Header]) -> int | None:
-    """Remove the `kiln.offset` header Kiln added (the last well-formed one) and return its
-    value; a client's own header of that name stays, as the hot tier serves it."""
-    for i in range(len(headers) - 1, -1, -1):
-        key, value = headers[i]
-        if key == KILN_OFFSET_HEADER and value is not None and len(value) == _INT64.size:
-            del headers[i]
-            return int(_INT64.unpack(value)[0])
-    return None
 
 
 def _batch_end(view: memoryview) -> int:
@@ -494,7 +477,6 @@ def to_kiln_offsets(record_set: bytes | memoryview, from_kiln_offset: int, max_b
     last_kafka = last_timestamp = -1
     end: int | None = None
     full = False
-    unpack = _INT64.unpack
     for view in _whole_batches(record_set):
         if not _is_data_batch(view):
             end = _batch_end(view)
@@ -506,15 +488,7 @@ def to_kiln_offsets(record_set: bytes | memoryview, from_kiln_offset: int, max_b
         base = 0
         for record in DefaultRecordBatch(batch):
             headers = record.headers
-            # Kiln appends its header last: look there first.
-            kiln_offset: int | None = None
-            if headers:
-                key, value = headers[-1]
-                if key == KILN_OFFSET_HEADER and value is not None and len(value) == 8:
-                    del headers[-1]
-                    kiln_offset = unpack(value)[0]
-                else:
-                    kiln_offset = _pop_kiln_offset(headers)
+            kiln_offset = take_kiln_offset(headers) if headers else None
             if kiln_offset is None:
                 kiln_offset = record.offset
             if kiln_offset < floor:

@@ -27,7 +27,7 @@ from kafka.admin import KafkaAdminClient
 from kafka.admin import NewTopic as KafkaPythonNewTopic
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
-from tests.lineage import split_lineage
+from proxy.protocol.lineage import split_lineage
 from tests.raw_client import RawClient
 
 BASE_TIMESTAMP_MS = 1_700_000_000_000

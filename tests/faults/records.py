@@ -12,7 +12,7 @@ from typing import Any
 
 import confluent_kafka
 
-from tests.lineage import kiln_offset
+from proxy.protocol.lineage import lineage_offset
 
 PAD = b"." * 90
 
@@ -58,7 +58,7 @@ def read_partition(kafka_bootstrap: str, topic: str, partition: int = 0,
                 offset = msg.offset()
                 assert offset is not None
                 out.append(HardenedRecord(seq_of(msg.value()),
-                                          kiln_offset(offset, msg.headers()), offset))
+                                          lineage_offset(msg.headers(), offset), offset))
     finally:
         consumer.close()
     assert at_end, f"end of {topic}[{partition}] not reached in {timeout_s}s"

@@ -11,7 +11,8 @@ from typing import Any
 
 from aiokafka.record._crecords import DefaultRecordBatchBuilder
 
-from proxy.protocol.records import KILN_OFFSET_HEADER, decode_records
+from proxy.protocol.lineage import KILN_OFFSET_HEADER
+from proxy.protocol.records import decode_records
 from storage.kafka.client import KafkaClient
 from storage.model import TopicPartition
 from storage.read_through import ColdReader

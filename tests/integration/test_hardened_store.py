@@ -21,6 +21,7 @@ from aiokafka.record._crecords import DefaultRecordBatchBuilder
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from proxy.protocol.batch import read_header
+from proxy.protocol.lineage import split_lineage
 from proxy.protocol.records import (
     CODEC_GZIP,
     CODEC_LZ4,
@@ -35,7 +36,6 @@ from storage.hardened_store import Fence, HardenedPartitionWriter, WriteResult
 from storage.kafka.client import FetchResult, KafkaClient, ProduceResult
 from storage.model import Reliability, StoredBatch
 from tests.conftest import KafkaRelay
-from tests.lineage import split_lineage
 
 pytestmark = pytest.mark.integration
 

@@ -9,8 +9,8 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from proxy.protocol.errors import ErrorCode
+from proxy.protocol.lineage import lineage_offset
 from tests.kiln_harness import RunningKiln, start_kiln
-from tests.lineage import kiln_offset as lineage_offset
 from tests.raw_client import RawClient, record_batch
 
 
@@ -35,7 +35,7 @@ def read_hardened(bootstrap: str, topic: str, partition: int, expected: int,
 
 
 def kiln_offset(record: Any) -> int:
-    return lineage_offset(record.offset, record.headers)
+    return lineage_offset(record.headers, record.offset)
 
 
 def test_kafka_python_records_are_hardened_in_order_with_lineage(

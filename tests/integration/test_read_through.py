@@ -23,7 +23,8 @@ from kafka.protocol.consumer import (
 )
 
 from proxy.protocol.errors import ErrorCode
-from proxy.protocol.records import KILN_OFFSET_HEADER, decode_records
+from proxy.protocol.lineage import KILN_OFFSET_HEADER
+from proxy.protocol.records import decode_records
 from proxy.server.tiered_reads import COLD_TIER_UNAVAILABLE
 from storage.kafka.client import KafkaClient
 from storage.model import Reliability

@@ -9,9 +9,9 @@ import json
 import pytest
 from pyspark.sql import SparkSession
 
+from proxy.protocol.lineage import encode_kiln_offset
 from spark_examples import audit
 from spark_examples.audit import audit_options, run_audit
-from spark_examples.lineage import encode_kiln_offset
 from tests.spark.records import Sent, create_topic, produce_records
 
 pytestmark = pytest.mark.integration

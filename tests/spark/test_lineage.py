@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import struct
 
-from spark_examples.lineage import (
+from proxy.protocol.lineage import (
     decode_kiln_offset,
     encode_kiln_offset,
     kiln_offset_of,

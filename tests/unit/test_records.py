@@ -12,19 +12,18 @@ from aiokafka.record._crecords import DefaultRecordBatchBuilder
 
 from proxy.protocol.batch import HEADER_SIZE, read_header, with_base_offset
 from proxy.protocol.errors import KafkaError
+from proxy.protocol.lineage import KILN_OFFSET_HEADER, kiln_offset_of
 from proxy.protocol.records import (
     CODEC_GZIP,
     CODEC_LZ4,
     CODEC_NONE,
     CODEC_SNAPPY,
     CODEC_ZSTD,
-    KILN_OFFSET_HEADER,
     DecodedRecord,
     HardenedBatch,
     SourceBatch,
     build_hardened_batches,
     decode_records,
-    kiln_offset_of,
     last_kiln_offset,
 )
 
