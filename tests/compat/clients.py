@@ -313,6 +313,16 @@ def hardened_codecs(kafka_bootstrap: str, topic: str, partition: int) -> list[in
     return codecs
 
 
+def assert_hardened_with_codec(kafka_bootstrap: str, topic: str, compression: str) -> None:
+    """Kiln hardens with the codec of the client's batches (a batch that would not shrink is
+    left uncompressed), so this also shows the client really compressed what it sent."""
+    codecs = hardened_codecs(kafka_bootstrap, topic, 0)
+    assert codecs, "no batch fetched"
+    assert set(codecs) <= {0, CODEC_IDS[compression]}, codecs
+    if compression != "none":
+        assert CODEC_IDS[compression] in codecs, codecs
+
+
 def expected_by_partition(records: Sequence[Record], delivered: Sequence[Delivered],
                           partitions: int) -> dict[int, list[tuple[Record, int | None]]]:
     out: dict[int, list[tuple[Record, int | None]]] = {p: [] for p in range(partitions)}
