@@ -443,7 +443,7 @@ class Catalog:
         config = await self._registry.get(name, fresh=True)
         in_kafka = await self._kafka_partitions(name)
         if config is None and in_kafka is None:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, _NO_SUCH_TOPIC)
+            return await self._finish_interrupted(name)
         partitions = max(0 if config is None else config.partitions, in_kafka or 0)
         started = wall_clock_ms()
         self._being_deleted.add(name)
@@ -457,20 +457,41 @@ class Catalog:
             except KafkaError:
                 await self._registry.forget_deletion(name)  # nothing was deleted
                 raise
-            await self._registry.remove(name)
-            self._kafka_topics.pop(name, None)
-            tps = _partitions(name, partitions)
-            await self._queue.remove_partitions(tps)
-            await clear_flush(self._queue.redis, tps)
-            for listener in self._deleted:
-                await listener(name, partitions)
-            await self._registry.deletion_finished(name, Deletion(partitions, started, None),
-                                                   wall_clock_ms())
+            await self._forget_in_kiln(name, Deletion(partitions, started, None))
         finally:
             self._being_deleted.discard(name)
         log.info("topic %s deleted (%d partitions) in Kafka and Kiln", name, partitions)
         return DeletedTopic(name, partitions, in_kiln=config is not None,
                             in_kafka=in_kafka_deleted)
+
+    async def _finish_interrupted(self, name: str) -> DeletedTopic:
+        """A deletion whose process died after Kafka's topic and the registration were gone
+        left the partitions' keys, the durable subscriptions and the committed offsets (and a
+        note that keeps the name from being created again): asking again removes them, as
+        the operator's retry is meant to. UNKNOWN_TOPIC_OR_PARTITION when there was no such
+        deletion."""
+        note = await self._registry.deletion(name)
+        if note is None or note.finished_ms is not None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, _NO_SUCH_TOPIC)
+        self._being_deleted.add(name)
+        try:
+            await self._forget_in_kiln(name, note)
+        finally:
+            self._being_deleted.discard(name)
+        log.info("interrupted deletion of topic %s (%d partitions) finished in Kiln", name,
+                 note.partitions)
+        return DeletedTopic(name, note.partitions, in_kiln=True, in_kafka=False)
+
+    async def _forget_in_kiln(self, name: str, note: Deletion) -> None:
+        """Kiln's side of a deletion, after Kafka's: each step is safe to repeat."""
+        await self._registry.remove(name)
+        self._kafka_topics.pop(name, None)
+        tps = _partitions(name, note.partitions)
+        await self._queue.remove_partitions(tps)
+        await clear_flush(self._queue.redis, tps)
+        for listener in self._deleted:
+            await listener(name, note.partitions)
+        await self._registry.deletion_finished(name, note, wall_clock_ms())
 
     async def _delete_in_kafka(self, name: str, timeout_ms: int, *, in_kiln: bool) -> bool:
         """Delete the topic in Kafka: True when Kafka had it, False when only Kiln has it;
