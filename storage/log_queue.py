@@ -259,7 +259,9 @@ advance(meta, 'deleted', upto)
 advance(meta, 'hardened', upto)
 local b0, b1 = trim_prefix(log, meta, upto)
 if b1 > b0 then redis.call('HINCRBY', meta, 'deleted_records', b1 - b0) end
-return {0, tonumber(redis.call('HGET', meta, 'deleted')), hardened, b1 - b0, incarnation}
+-- A nil would end the reply there: 'deleted' is unset until a deletion passes offset 0.
+return {0, tonumber(redis.call('HGET', meta, 'deleted') or '0'), hardened, b1 - b0,
+        incarnation}
 """
 
 # Take or renew the hardening lease of a partition (KEYS[1]); KEYS[2] names the last owner

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from proxy.protocol.configs import AlterConfigOp, ConfigSource, ConfigType, ResourceType
@@ -161,7 +161,7 @@ def changed_incrementally(config: TopicConfig, changes: Sequence[ConfigChange]) 
                              f"{change.name} because its type is not LIST.")
         else:
             raise KafkaError(ErrorCode.INVALID_REQUEST,
-                             f"Unknown config operation {change.operation} for {change.name}")
+                             f"Unknown operations type {change.operation}")
     return with_kiln_configs(with_kiln_defaults(config, deleted), values)
 
 
@@ -174,6 +174,19 @@ def replaced(config: TopicConfig, values: Mapping[str, str]) -> TopicConfig:
 def refuse_duplicates(names: Sequence[str]) -> None:
     if len(set(names)) != len(names):
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+
+
+_KNOWN_OPERATIONS = frozenset(int(op) for op in AlterConfigOp)
+
+
+def refuse_unknown_operations(changes: Sequence[ConfigChange]) -> None:
+    """Kafka's broker refuses an operation it does not know on a broker's configs, but its
+    controller fails on one for a topic's (UNKNOWN_SERVER_ERROR, Kafka 4.4): Kiln refuses
+    it for topics too, with the broker's code and message, before anything is changed."""
+    for change in changes:
+        if change.operation not in _KNOWN_OPERATIONS:
+            raise KafkaError(ErrorCode.INVALID_REQUEST,
+                             f"Unknown operations type {change.operation}")
 
 
 # --- both: Kafka's keys relayed, Kiln's kept in the registry --------------------------------
@@ -192,18 +205,33 @@ class TopicConfigs:
                        ) -> list[DescribedResource]:
         """(topic, keys or None) each: Kafka's configs of the topic, then Kiln's. A topic
         Kafka does not have (yet) but Kiln does has Kiln's only; one neither has is
-        UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers it."""
+        UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers it. An illegal name is refused here
+        (INVALID_TOPIC_EXCEPTION, as Kafka refuses it): Kafka 4.4 fails on one too long to
+        quote in its refusal (UNKNOWN_SERVER_ERROR)."""
+        illegal: dict[int, DescribedResource] = {}
+        for i, (name, _) in enumerate(resources):
+            try:
+                validate_topic_name(name)
+            except KafkaError as exc:
+                illegal[i] = DescribedResource(exc.error_code, exc.message)
+        legal = [(name, keys) for i, (name, keys) in enumerate(resources) if i not in illegal]
+        from_kafka: Iterator[DescribedResource] = iter(())
         try:
-            from_kafka = await self._kafka.describe_configs(
-                [(ResourceType.TOPIC, name, keys) for name, keys in resources],
-                include_synonyms=include_synonyms,
-                include_documentation=include_documentation)
+            if legal:
+                from_kafka = iter(await self._kafka.describe_configs(
+                    [(ResourceType.TOPIC, name, keys) for name, keys in legal],
+                    include_synonyms=include_synonyms,
+                    include_documentation=include_documentation))
         except HardenedStoreUnavailable as exc:
             unreachable = _unreachable(exc)
-            return [DescribedResource(unreachable.error_code, unreachable.message)
-                    for _ in resources]
+            return [illegal.get(i, DescribedResource(unreachable.error_code, unreachable.message))
+                    for i in range(len(resources))]
         described = []
-        for (name, keys), kafka in zip(resources, from_kafka, strict=True):
+        for i, (name, keys) in enumerate(resources):
+            if i in illegal:
+                described.append(illegal[i])
+                continue
+            kafka = next(from_kafka)
             in_kafka = kafka.error_code == ErrorCode.NONE
             if not in_kafka and kafka.error_code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 described.append(kafka)
@@ -227,6 +255,7 @@ class TopicConfigs:
         try:
             validate_topic_name(name)
             refuse_duplicates([change.name for change in changes])
+            refuse_unknown_operations(changes)
             kiln = [change for change in changes if is_kiln_config(change.name)]
             kafka = [(change.name, change.operation, change.value) for change in changes
                      if not is_kiln_config(change.name)]

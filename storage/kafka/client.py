@@ -281,6 +281,9 @@ class KafkaClient:
         self._connections: dict[int, BrokerConnection] = {}
         self._any: BrokerConnection | None = None  # for requests any broker may answer
         self._connect_lock = asyncio.Lock()
+        # Not _connect_lock: a connection to a node is opened under it after Metadata,
+        # which asks any broker.
+        self._any_lock = asyncio.Lock()
 
     async def start(self) -> None:
         """Connect to a bootstrap server and learn the brokers."""
@@ -878,9 +881,18 @@ class KafkaClient:
             return connection
 
     async def _any_connection(self) -> BrokerConnection:
-        """A connection to some broker: an open one, else the bootstrap servers in turn."""
+        """A connection to some broker: an open one, else the bootstrap servers in turn.
+        One caller at a time opens it: callers that each opened one would leave all but the
+        last open and unreferenced (its socket never closed, its read task collected while
+        pending)."""
         if self._any is not None and not self._any.closed:
             return self._any
+        async with self._any_lock:
+            if self._any is not None and not self._any.closed:
+                return self._any
+            return await self._open_any()
+
+    async def _open_any(self) -> BrokerConnection:
         for connection in self._connections.values():
             if not connection.closed:
                 self._any = connection

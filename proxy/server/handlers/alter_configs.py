@@ -13,6 +13,7 @@ from proxy.protocol.apis import Message, Request
 from proxy.protocol.configs import ResourceType
 from proxy.protocol.errors import ErrorCode
 from proxy.server.context import KilnContext
+from proxy.server.handlers.error_messages import bounded
 from storage.topic_configs import Altered, ConfigChange
 
 
@@ -77,7 +78,7 @@ def _response(request: Request, outcomes: list[tuple[Message, Altered]]) -> Mess
     return response[request.header.request_api_version](
         throttle_time_ms=0,
         responses=[entry(error_code=int(altered.error_code),
-                         error_message=altered.error_message,
+                         error_message=bounded(altered.error_message),
                          resource_type=resource.resource_type,
                          resource_name=resource.resource_name)
                    for resource, altered in outcomes])

@@ -9,13 +9,14 @@ from proxy.protocol.apis import CLIENT_APIS, ApiKey, Message, Request
 from proxy.protocol.errors import ErrorCode, KafkaError
 from proxy.server.context import KilnContext
 from proxy.server.handlers.admin_requests import DUPLICATE_NAME, given_twice
+from proxy.server.handlers.error_messages import bounded
 
 _RESP = CLIENT_APIS[ApiKey.CREATE_PARTITIONS].response
 _RESULT = _RESP.CreatePartitionsTopicResult
 
 
 def _result(name: str, code: ErrorCode, message: str | None = None) -> Message:
-    return _RESULT(name=name, error_code=int(code), error_message=message)
+    return _RESULT(name=name, error_code=int(code), error_message=bounded(message))
 
 
 async def handle(ctx: KilnContext, request: Request) -> Message:

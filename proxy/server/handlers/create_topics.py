@@ -17,6 +17,7 @@ from proxy.protocol.configs import ConfigSource
 from proxy.protocol.errors import ErrorCode, KafkaError
 from proxy.server.context import KilnContext
 from proxy.server.handlers.admin_requests import DUPLICATE_NAME, given_twice
+from proxy.server.handlers.error_messages import bounded
 from storage.catalog import CreatedTopic
 from storage.topics import kiln_configs
 
@@ -27,9 +28,9 @@ _ZERO_UUID = uuid.UUID(int=0)
 
 
 def _result(name: str, code: ErrorCode, message: str | None = None) -> Message:
-    return _RESULT(name=name, topic_id=_ZERO_UUID, error_code=int(code), error_message=message,
-                   topic_config_error_code=0, num_partitions=-1, replication_factor=-1,
-                   configs=[])
+    return _RESULT(name=name, topic_id=_ZERO_UUID, error_code=int(code),
+                   error_message=bounded(message), topic_config_error_code=0,
+                   num_partitions=-1, replication_factor=-1, configs=[])
 
 
 def _created(name: str, created: CreatedTopic, given: Sequence[str]) -> Message:

@@ -12,6 +12,7 @@ from proxy.protocol.apis import CLIENT_APIS, ApiKey, Message, Request
 from proxy.protocol.errors import ErrorCode, KafkaError
 from proxy.server.context import KilnContext
 from proxy.server.handlers.admin_requests import DUPLICATE_NAME, given_twice
+from proxy.server.handlers.error_messages import bounded
 
 _RESP = CLIENT_APIS[ApiKey.DELETE_TOPICS].response
 _RESULT = _RESP.DeletableTopicResult
@@ -22,7 +23,7 @@ _BY_ID = 6  # the first version that names topics by id
 def _result(name: str | None, topic_id: uuid.UUID | None, code: ErrorCode,
             message: str | None = None) -> Message:
     return _RESULT(name=name, topic_id=topic_id or _ZERO_UUID, error_code=int(code),
-                   error_message=message)
+                   error_message=bounded(message))
 
 
 def _wanted(request: Request) -> list[tuple[str | None, uuid.UUID | None]]:

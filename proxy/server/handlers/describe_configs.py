@@ -12,6 +12,7 @@ from proxy.protocol.apis import CLIENT_APIS, ApiKey, Message, Request
 from proxy.protocol.configs import ResourceType
 from proxy.protocol.errors import ErrorCode
 from proxy.server.context import KilnContext
+from proxy.server.handlers.error_messages import bounded
 from storage.kafka.client import DescribedConfig, DescribedResource
 
 _RESP = CLIENT_APIS[ApiKey.DESCRIBE_CONFIGS].response
@@ -55,7 +56,7 @@ async def handle(ctx: KilnContext, request: Request) -> Message:
 
 
 def _result(resource_type: int, resource_name: str, answer: DescribedResource) -> Message:
-    return _RESULT(error_code=int(answer.error_code), error_message=answer.error_message,
+    return _RESULT(error_code=int(answer.error_code), error_message=bounded(answer.error_message),
                    resource_type=resource_type, resource_name=resource_name,
                    configs=_configs(answer.configs))
 

@@ -12,6 +12,7 @@ from proxy.protocol.apis import CLIENT_APIS, ApiKey, Message, Request
 from proxy.protocol.errors import ErrorCode, KafkaError
 from proxy.protocol.validation import RecordLimits, ValidatedBatch, validate_produce_records
 from proxy.server.context import KilnContext
+from proxy.server.handlers.error_messages import bounded
 from proxy.server.peer import CLIENT_HOST
 from proxy.server.reply import Deferred
 from storage.acks import AckOutcome
@@ -211,7 +212,8 @@ def _response(request: Request, outcomes: dict[TopicPartition, _Outcome],
             partitions.append(_PARTITION(
                 index=part.index, error_code=int(outcome.error_code),
                 base_offset=outcome.base_offset, log_append_time_ms=-1,
-                log_start_offset=log_start, record_errors=[], error_message=outcome.message,
+                log_start_offset=log_start, record_errors=[],
+                error_message=bounded(outcome.message),
             ))
         topics.append(_TOPIC(name=topic.name, partition_responses=partitions))
     return _RESP[request.header.request_api_version](responses=topics,
