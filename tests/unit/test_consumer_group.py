@@ -287,3 +287,14 @@ def test_range_gives_each_member_a_contiguous_range_per_topic() -> None:
     result = range_({m: frozenset({"t"}) for m in "abc"}, {"t": 7}, {})
     assert result == {"a": {"t": frozenset({0, 1, 2})}, "b": {"t": frozenset({3, 4})},
                       "c": {"t": frozenset({5, 6})}}
+
+
+def test_a_regex_that_backtracks_exponentially_is_matched_in_linear_time() -> None:
+    # `(a+)+b` against forty a's: a backtracking engine would take hours here, holding the
+    # event loop; RE2 (Kafka's RE2/J semantics) answers at once that it does not match.
+    group = ConsumerGroup("g", SETTINGS)
+    topics = {**TOPICS, "a" * 40: TopicMetadata(uuid.UUID(int=9), 1)}
+    joined = send(group, 0, beat("a", 0, topics=None, regex="(a+)+b"), topics)
+    assert (joined.error_code, joined.assignment) == (E.NONE, {})
+    found = send(group, 10, beat("b", 0, topics=None, regex="a+"), topics)
+    assert found.assignment == {uuid.UUID(int=9): frozenset({0})}
