@@ -23,6 +23,8 @@ from storage.model import TopicPartition
 from storage.operator_requests import clear_flush, request_drain, request_flush
 
 _POLL_S = 0.2
+# How long `kiln flush` waits for a running Kiln process to publish its first report.
+_FIRST_REPORT_S = 5.0
 _COLUMNS = ("topic", "partition", "goal", "start", "written", "dropped", "done")
 
 
@@ -70,7 +72,7 @@ async def _flush(settings: Settings, only_topic: str | None, timeout_s: float,
         before = await stores.queue.states(tps) if tps else []
         goals = {tp: s.next_offset for tp, s in zip(tps, before, strict=True)
                  if s.flushed_offset < s.next_offset}
-        if goals and not await read_reports(stores.queue.redis):
+        if goals and not await _a_kiln_reports(stores):
             raise click.ClickException("no Kiln process is running against "
                                        f"{settings.redis_url}: nothing can harden")
         await request_flush(stores.queue.redis, goals)
@@ -80,6 +82,18 @@ async def _flush(settings: Settings, only_topic: str | None, timeout_s: float,
         finally:
             await clear_flush(stores.queue.redis, list(goals))
     return [_row(tp, goals[tp], first[tp], latest[tp]) for tp in goals], finished
+
+
+async def _a_kiln_reports(stores: Stores) -> bool:
+    """Whether a Kiln process is running: it publishes a report per topic it knows every
+    second, so a process that has just started (or just seen its first topic) gets a few
+    seconds to show up before the answer is no."""
+    deadline = time.monotonic() + _FIRST_REPORT_S
+    while not await read_reports(stores.queue.redis):
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(_POLL_S)
+    return True
 
 
 async def _follow(stores: Stores, first: dict[TopicPartition, PartitionState],

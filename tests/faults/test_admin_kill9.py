@@ -79,8 +79,9 @@ def kill_delays(rng: random.Random, count: int, window_s: float) -> list[float]:
 
 
 def kiln_cli(redis_url: str, *args: str, timeout_s: float = 60) -> None:
-    subprocess.run([kiln_executable(), *args, "--redis-url", redis_url], check=True,
-                   timeout=timeout_s, capture_output=True)
+    done = subprocess.run([kiln_executable(), *args, "--redis-url", redis_url],
+                          timeout=timeout_s, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, f"kiln {' '.join(args)}: {done.stdout}{done.stderr}"
 
 
 def produce(bootstrap: str, topic: str, partition: int, values: list[bytes]) -> None:
