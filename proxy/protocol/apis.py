@@ -24,6 +24,7 @@ from proxy.protocol.header import (
     response_frame,
     skip_tagged_fields,
 )
+from proxy.protocol.required_fields import refuse_nulls
 
 # kafka-python ships no type information; a message is an attribute bag.
 Message = Any
@@ -214,8 +215,10 @@ def decode_request(frame: memoryview | bytes) -> Request:
     header, body_at = parse_request_header(frame, is_flexible(spec, version))
     # Bytes after the fields are ignored, as Apache Kafka's broker ignores them: librdkafka
     # sends its all-topics Metadata v12 with a 4-byte placeholder left after the fields.
-    body = _decode(spec.request, version, memoryview(frame), body_at,
-                   f"{spec.api_key.name} v{version}", header.correlation_id, exact=False)
+    what = f"{spec.api_key.name} v{version}"
+    body = _decode(spec.request, version, memoryview(frame), body_at, what,
+                   header.correlation_id, exact=False)
+    refuse_nulls(spec.request, version, body, what, header.correlation_id)
     return Request(header, spec, body)
 
 

@@ -35,6 +35,7 @@ from storage.groups.model import (
 )
 
 S = GroupState
+_MEMBER_ID_PREFIX_CHARS = 1000
 
 
 def join_precheck(request: JoinRequest, settings: MembershipSettings) -> ErrorCode | None:
@@ -127,7 +128,9 @@ class Group:
             self.members.values(), names)
 
     def _join_new(self, now_ms: int, request: JoinRequest, ticket: int) -> None:
-        prefix = request.group_instance_id or request.client_id
+        # Kafka's member id is the client id (or instance id) and a UUID; cut, so a client id
+        # at the string limit still leaves a member id that can be sent back.
+        prefix = (request.group_instance_id or request.client_id)[:_MEMBER_ID_PREFIX_CHARS]
         member_id = f"{prefix}-{self._unique_suffix()}"
         instance = request.group_instance_id
         if instance is not None:

@@ -21,7 +21,7 @@ id (none for Produce with acks=0; a Produce below v3 closes the connection, as K
 docs/architecture.md says), the connection still open, no UNKNOWN_SERVER_ERROR (-1) anywhere in
 the answer, and nothing logged at ERROR by Kiln. After the run, records written before it read
 back whole and a fresh produce and fetch work. Below: a regression test for each failure the
-fuzz found, and, marked xfail, those left to the owners of the code at fault.
+fuzz found.
 
 What the fuzz may touch is fenced off from the rest of the session: topics and groups carry a
 token of this run, internal topic names go only to APIs that read, and a request that alters
@@ -973,14 +973,14 @@ def test_kiln_asking_kafka_twice_at_once_opens_one_connection(kafka_bootstrap: s
     assert asyncio.run(ask_twice_at_once()) == 1
 
 
-# --- found, not fixed here: in code this change leaves to its owners ------------------------
+# --- found by the fuzz, and fixed: nulls where none is allowed, a member id too long -------
 
 def _settle(kiln: RunningKiln, connections: int) -> None:
     """Until Kiln is done with the test's connection, logging what escaped it included.
     Python 3.11's tracebacks (their carets) and pytest's failure reports both parse source
     with `ast`, whose recursion tracking two threads at once can upset (CPython gh-106905):
     a report made while Kiln's thread formats a traceback can end the session with an
-    INTERNALERROR. These tests fail by design (xfail), so they must not race it."""
+    INTERNALERROR, so a test that fails must not race it."""
     assert eventually(lambda: kiln.app.context.counters.connections <= connections)
     kiln.call(asyncio.sleep(0.05))  # the loop's callbacks after the connection's task
 
@@ -1025,10 +1025,6 @@ NULL_CASES = [(spec.api_key, version, path) for spec in CLIENT_APIS.values()
               for path in _non_nullable(spec.request._struct, version)]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "proxy/protocol/apis.py decodes a null (length -1) in a field its schema does not let be "
-    "null, and handlers fail on the None (UNKNOWN_SERVER_ERROR, or the connection closed "
-    "after an ERROR); Kafka's parser refuses the request and closes the connection"))
 @pytest.mark.parametrize(("api", "version", "path"), NULL_CASES, ids=[
     f"{api.name}-v{version}-{'.'.join(map(str, path))}" for api, version, path in NULL_CASES])
 def test_a_null_where_the_schema_allows_none_closes_the_connection_as_kafka(
@@ -1059,11 +1055,6 @@ def test_a_null_where_the_schema_allows_none_closes_the_connection_as_kafka(
     assert kiln_log.since(logged) == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "storage/groups/membership.py makes the member id the client id (or group instance id) "
-    "plus a UUID, too long for the int16-length member_id of JoinGroup v0-5: the answer "
-    "cannot be encoded (UNKNOWN_SERVER_ERROR, logged at ERROR; Apache Kafka 4.4 answers "
-    "UNKNOWN_SERVER_ERROR as well)"))
 @pytest.mark.parametrize("version", range(6))
 def test_a_join_with_a_client_id_at_the_string_limit_is_answered(
         fuzz_kiln: RunningKiln, kiln_log: KilnLog, version: int) -> None:
