@@ -218,7 +218,8 @@ class ConsumerGroup:
     def heartbeat(self, now_ms: int, request: ConsumerHeartbeat,
                   topics: Mapping[str, TopicMetadata],
                   new_member_id: Callable[[], str]) -> HeartbeatResult:
-        """`request` passed heartbeat_precheck; `topics` is every topic there is now."""
+        """`request` passed heartbeat_precheck; `topics` holds at least what
+        `topics_needed(request)` names."""
         if request.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return self._leave(now_ms, request, topics)
         owned = None if request.owned is None else _by_name(request.owned, topics)
@@ -235,7 +236,7 @@ class ConsumerGroup:
         self._refresh_metadata(topics)
         if self.group_epoch > self.assignment_epoch:
             self._assign()
-        before = _copy(member.assigned)
+        before = member.assigned
         self._reconcile(now_ms, member, owned)
         member.session_deadline_ms = now_ms + self.settings.session_timeout_ms
         send = (request.member_epoch == JOIN_EPOCH or request.owned is not None
@@ -244,6 +245,16 @@ class ConsumerGroup:
             ErrorCode.NONE, None, member.member_id, member.member_epoch,
             self.settings.heartbeat_interval_ms,
             _by_id(member.assigned, topics) if send else None)
+
+    def topics_needed(self, request: ConsumerHeartbeat) -> frozenset[str] | None:
+        """The topics a heartbeat must see: every name the members and the request subscribe
+        to (the ids a member reports owning are of those); None, every topic, while a regex
+        is in use."""
+        if request.subscribed_topic_regex or any(
+                m.subscribed_topic_regex for m in self.members.values()):
+            return None
+        return frozenset(request.subscribed_topic_names or ()).union(
+            *(m.subscribed_topic_names for m in self.members.values()))
 
     def _member_for(self, request: ConsumerHeartbeat, owned: Assignment | None,
                     new_member_id: Callable[[], str]
@@ -568,7 +579,3 @@ def _intersects(a: Assignment, b: Assignment) -> bool:
 
 def _nonempty(assignment: Mapping[str, frozenset[int]]) -> Assignment:
     return {t: ps for t, ps in assignment.items() if ps}
-
-
-def _copy(assignment: Assignment) -> Assignment:
-    return dict(assignment)

@@ -33,9 +33,9 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from proxy.protocol.errors import ErrorCode
 from storage.clock import wall_clock_ms
@@ -82,6 +82,15 @@ log = logging.getLogger(__name__)
 
 def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
+
+
+class TopicDirectory(Protocol):
+    """The topics a consumer group's heartbeat is resolved against (name -> id and partition
+    count; names that are no topic are left out)."""
+
+    async def named(self, names: Iterable[str]) -> dict[str, TopicMetadata]: ...
+
+    async def every(self) -> dict[str, TopicMetadata]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,9 +272,9 @@ class GroupCoordinator:
     # --- the KIP-848 consumer group protocol ---------------------------------------------
 
     async def consumer_heartbeat(self, request: ConsumerHeartbeat,
-                                 topics: Mapping[str, TopicMetadata]) -> HeartbeatResult:
-        """One ConsumerGroupHeartbeat; `topics` is every topic there is (name -> id and
-        partition count), which subscriptions and assignments are resolved against."""
+                                 topics: TopicDirectory) -> HeartbeatResult:
+        """One ConsumerGroupHeartbeat; subscriptions and assignments are resolved against the
+        topics it needs (every one only while a member subscribes by regex)."""
         refused = heartbeat_precheck(request)
         if refused is not None:
             return refused
@@ -279,7 +288,9 @@ class GroupCoordinator:
             if group is None:
                 return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND,
                                        f"Group {request.group_id} is not a consumer group.")
-            result = group.heartbeat(self._clock_ms(), request, topics, self._unique_suffix)
+            needed = group.topics_needed(request)
+            known = await (topics.every() if needed is None else topics.named(needed))
+            result = group.heartbeat(self._clock_ms(), request, known, self._unique_suffix)
             if result.error_code is ErrorCode.NONE:
                 await self._settle(loaded)
             else:

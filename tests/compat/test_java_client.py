@@ -200,6 +200,33 @@ def consumed_below_a_commit(members: Sequence[Sequence[ConsumerEvent]]) -> list[
     return problems
 
 
+def hardened_then_live(kiln: RunningKiln, topic: str, producer: KeepProducing) -> None:
+    """The topic with its first 200 records hardened to Kafka (read through Kiln from there)
+    and `producer` producing on (read from Redis)."""
+    create_topic_confluent(kiln.bootstrap, topic, GROUP_PARTITIONS)
+    producer.send(200)
+    producer.flush()
+    assert kiln.flush()
+    producer.start()
+
+
+def assert_read_once_intact(read: Sequence[RecordRead], sent: Sequence[Sent]) -> None:
+    duplicates = [k for k, n in Counter((r.partition, r.offset) for r in read).items() if n > 1]
+    assert duplicates == []
+    assert len(read) == len(sent)
+    by_position = {(s.partition, s.offset): (s.key, s.value) for s in sent}
+    assert all(by_position[(r.partition, r.offset)] == (r.key, r.value) for r in read)
+
+
+def assert_commits_reach_the_end(events: Sequence[ConsumerEvent], sent: Sequence[Sent],
+                                 bootstrap: str, group: str, topic: str) -> None:
+    """Every commit succeeded, and the group's last ones are each partition's end."""
+    commits = [e for e in events if isinstance(e, Committed)]
+    assert [c.error for c in commits if not c.success] == []
+    ends = Counter(s.partition for s in sent)
+    assert committed_offsets(bootstrap, group) == {(topic, p): end for p, end in ends.items()}
+
+
 def read_since_last_assignment(member: VerifiableConsumerProcess,
                                partitions: frozenset[int]) -> int:
     """Records of `partitions` the member read since it was last assigned every partition
@@ -256,11 +283,7 @@ def test_consumer_group_rebalances_as_members_join_and_leave_and_reads_every_rec
         members: list[VerifiableConsumerProcess], producer: KeepProducing) -> None:
     # Given a 4-partition topic whose first 200 records were hardened to Kafka (so they are
     # read through Kiln from there) and a producer that keeps producing (read from Redis)
-    create_topic_confluent(module_kiln.bootstrap, unique_topic, GROUP_PARTITIONS)
-    producer.send(200)
-    producer.flush()
-    assert module_kiln.flush()
-    producer.start()
+    hardened_then_live(module_kiln, unique_topic, producer)
     group = f"java-{uuid.uuid4().hex[:8]}"
 
     def join(name: str) -> VerifiableConsumerProcess:
@@ -305,21 +328,13 @@ def test_consumer_group_rebalances_as_members_join_and_leave_and_reads_every_rec
                                         ("assigned", ALL_PARTITIONS)]
     assert first_exit in (0, 143), first.stderr()  # 143: exited on the SIGTERM, as asked
     # and every record was read exactly once, intact, in order within each assignment
-    read = first.records() + second.records()
-    duplicates = [k for k, n in Counter((r.partition, r.offset) for r in read).items() if n > 1]
-    assert duplicates == []
-    assert len(read) == len(sent)
-    by_position = {(s.partition, s.offset): (s.key, s.value) for s in sent}
-    assert all(by_position[(r.partition, r.offset)] == (r.key, r.value) for r in read)
+    assert_read_once_intact(first.records() + second.records(), sent)
     assert reads_out_of_order(a_events) == []
     assert reads_out_of_order(b_events) == []
     # and every commit succeeded, none was read past, and the last ones are the log's end
-    commits = [e for e in a_events + b_events if isinstance(e, Committed)]
-    assert [c.error for c in commits if not c.success] == []
+    assert_commits_reach_the_end(a_events + b_events, sent, module_kiln.bootstrap, group,
+                                 unique_topic)
     assert consumed_below_a_commit([a_events, b_events]) == []
-    ends = Counter(s.partition for s in sent)
-    assert committed_offsets(module_kiln.bootstrap, group) == {
-        (unique_topic, p): end for p, end in ends.items()}
 
 
 def owned(member: VerifiableConsumerProcess) -> frozenset[int]:
@@ -338,11 +353,7 @@ def test_kip848_group_rebalances_incrementally_and_reads_every_record_once(
         members: list[VerifiableConsumerProcess], producer: KeepProducing) -> None:
     # Given a 4-partition topic whose first 200 records were hardened to Kafka and a producer
     # that keeps producing
-    create_topic_confluent(module_kiln.bootstrap, unique_topic, GROUP_PARTITIONS)
-    producer.send(200)
-    producer.flush()
-    assert module_kiln.flush()
-    producer.start()
+    hardened_then_live(module_kiln, unique_topic, producer)
     group = f"java848-{uuid.uuid4().hex[:8]}"
 
     def join(name: str) -> VerifiableConsumerProcess:
@@ -387,16 +398,8 @@ def test_kip848_group_rebalances_incrementally_and_reads_every_record_once(
     rows = [line.split() for line in described.lines if line.startswith(group)]
     assert sorted(int(row[4]) for row in rows) == sorted([len(a_share), len(b_share)]), described
     # and every record was read exactly once, intact, in order within each assignment
-    read = first.records() + second.records()
-    duplicates = [k for k, n in Counter((r.partition, r.offset) for r in read).items() if n > 1]
-    assert duplicates == []
-    assert len(read) == len(sent)
-    by_position = {(s.partition, s.offset): (s.key, s.value) for s in sent}
-    assert all(by_position[(r.partition, r.offset)] == (r.key, r.value) for r in read)
+    assert_read_once_intact(first.records() + second.records(), sent)
     # and every commit succeeded (OffsetCommit v9, under the member epoch), the last ones at
     # the log's end
-    commits = [e for e in first.events + second.events if isinstance(e, Committed)]
-    assert [c.error for c in commits if not c.success] == []
-    ends = Counter(s.partition for s in sent)
-    assert committed_offsets(module_kiln.bootstrap, group) == {
-        (unique_topic, p): end for p, end in ends.items()}
+    assert_commits_reach_the_end(first.events + second.events, sent, module_kiln.bootstrap,
+                                 group, unique_topic)

@@ -298,3 +298,11 @@ def test_a_regex_that_backtracks_exponentially_is_matched_in_linear_time() -> No
     assert (joined.error_code, joined.assignment) == (E.NONE, {})
     found = send(group, 10, beat("b", 0, topics=None, regex="a+"), topics)
     assert found.assignment == {uuid.UUID(int=9): frozenset({0})}
+
+
+def test_a_heartbeat_needs_the_named_topics_or_every_one_while_a_regex_is_in_use() -> None:
+    group = ConsumerGroup("g", SETTINGS)
+    send(group, 0, beat("a", 0, topics=("t",)))
+    assert group.topics_needed(beat("b", 0, topics=("u",))) == {"t", "u"}
+    send(group, 10, beat("c", 0, topics=None, regex="v.*"))
+    assert group.topics_needed(beat("a", 1)) is None

@@ -3,16 +3,17 @@
 
 A heartbeat is answered at once: the member learns its assignment (by topic id) from the
 answers to its heartbeats, never by waiting for the others. Subscriptions are resolved
-against every topic there is, as Metadata lists them (same names, same topic ids).
+against the topics as Metadata lists them (same names, same topic ids): the ones named in
+the group's subscriptions, or every one while a member subscribes by regex.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from proxy.protocol.apis import CLIENT_APIS, ApiKey, Message, Request
-from proxy.protocol.errors import ErrorCode
+from proxy.protocol.errors import ErrorCode, KafkaError
 from proxy.server.context import KilnContext
 from proxy.server.handlers.group_errors import coordinator_errors
 from proxy.server.peer import CLIENT_HOST
@@ -23,6 +24,7 @@ from storage.groups.consumer_group import (
     HeartbeatResult,
     TopicMetadata,
 )
+from storage.topics import TopicConfig
 
 _HEARTBEAT = CLIENT_APIS[ApiKey.CONSUMER_GROUP_HEARTBEAT].response
 _DESCRIBE = CLIENT_APIS[ApiKey.CONSUMER_GROUP_DESCRIBE].response
@@ -31,9 +33,34 @@ _DESCRIBED = _DESCRIBE.DescribedGroup
 _CONSUMER_MEMBER = 1
 
 
+def _metadata(config: TopicConfig) -> TopicMetadata:
+    return TopicMetadata(config.uuid, config.partitions)
+
+
 async def _topics(ctx: KilnContext) -> dict[str, TopicMetadata]:
-    return {name: TopicMetadata(config.uuid, config.partitions)
-            for name, config in (await ctx.catalog.all()).items()}
+    return {name: _metadata(config) for name, config in (await ctx.catalog.all()).items()}
+
+
+class _CatalogTopics:
+    """The topics a heartbeat needs, from the catalog: named ones one by one (its cache),
+    every one (a Redis read of the registry) only for regex subscriptions."""
+
+    def __init__(self, ctx: KilnContext) -> None:
+        self._ctx = ctx
+
+    async def named(self, names: Iterable[str]) -> dict[str, TopicMetadata]:
+        found = {}
+        for name in names:
+            try:
+                config = await self._ctx.catalog.lookup(name, allow_create=False)
+            except KafkaError:
+                continue  # a name no topic can have subscribes to nothing
+            if config is not None:
+                found[name] = _metadata(config)
+        return found
+
+    async def every(self) -> dict[str, TopicMetadata]:
+        return await _topics(self._ctx)
 
 
 # --- ConsumerGroupHeartbeat ----------------------------------------------------------------
@@ -58,7 +85,7 @@ async def heartbeat(ctx: KilnContext, request: Request) -> Message:
         server_assignor=body.server_assignor, owned=owned,
         client_id=request.header.client_id or "", client_host=CLIENT_HOST.get())
     with coordinator_errors():
-        result = await ctx.groups.consumer_heartbeat(beat, await _topics(ctx))
+        result = await ctx.groups.consumer_heartbeat(beat, _CatalogTopics(ctx))
     return _heartbeat_body(version, result)
 
 
