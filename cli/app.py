@@ -23,7 +23,7 @@ from storage.clock import wall_clock_ms
 from storage.delay_control import DelayControl
 from storage.delivery import Delivery
 from storage.errors import StorageError
-from storage.groups.consumer_group import ConsumerGroupSettings
+from storage.groups.consumer_model import ConsumerGroupSettings
 from storage.groups.coordinator import GroupCoordinator
 from storage.groups.model import MembershipSettings
 from storage.groups.store import GroupStore

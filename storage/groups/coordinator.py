@@ -40,8 +40,8 @@ from typing import Any, Protocol
 from proxy.protocol.errors import ErrorCode
 from storage.clock import wall_clock_ms
 from storage.errors import StorageError
-from storage.groups.consumer_group import (
-    ConsumerGroup,
+from storage.groups.consumer_group import ConsumerGroup
+from storage.groups.consumer_model import (
     ConsumerGroupSettings,
     ConsumerHeartbeat,
     HeartbeatResult,

@@ -16,12 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from storage.groups.assignors import Assignment
-from storage.groups.consumer_group import (
-    ConsumerGroup,
-    ConsumerGroupSettings,
-    ConsumerMember,
-    MemberState,
-)
+from storage.groups.consumer_group import ConsumerGroup, ConsumerMember
+from storage.groups.consumer_model import ConsumerGroupSettings, MemberState
 from storage.groups.members import Member
 from storage.groups.membership import Group
 from storage.groups.model import CommittedOffset, GroupState, MembershipSettings, Protocol

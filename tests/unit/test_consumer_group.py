@@ -13,8 +13,8 @@ import pytest
 
 from proxy.protocol.errors import ErrorCode
 from storage.groups.assignors import range_, uniform
-from storage.groups.consumer_group import (
-    ConsumerGroup,
+from storage.groups.consumer_group import ConsumerGroup
+from storage.groups.consumer_model import (
     ConsumerGroupSettings,
     ConsumerGroupState,
     ConsumerHeartbeat,

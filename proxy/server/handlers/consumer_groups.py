@@ -18,12 +18,8 @@ from proxy.server.context import KilnContext
 from proxy.server.handlers.group_errors import coordinator_errors
 from proxy.server.peer import CLIENT_HOST
 from storage.groups.assignors import Assignment
-from storage.groups.consumer_group import (
-    ConsumerGroup,
-    ConsumerHeartbeat,
-    HeartbeatResult,
-    TopicMetadata,
-)
+from storage.groups.consumer_group import ConsumerGroup
+from storage.groups.consumer_model import ConsumerHeartbeat, HeartbeatResult, TopicMetadata
 from storage.topics import TopicConfig
 
 _HEARTBEAT = CLIENT_APIS[ApiKey.CONSUMER_GROUP_HEARTBEAT].response
