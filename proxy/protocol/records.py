@@ -180,7 +180,9 @@ def build_hardened_batches(
 
     Re-encoded records are packed into batches of at most `max_batch_bytes` uncompressed (so
     compressed ones are smaller still; a single larger record gets a batch of its own), each
-    compressed with the codec of its first source batch. Every batch is stamped with the
+    compressed with the codec of the first of its source batches that was compressed (a
+    client sends a batch that compression would not shrink uncompressed, so an uncompressed
+    source does not mean the client wants none). Every batch is stamped with the
     producer and consecutive sequences.
     """
     return list(iter_hardened_batches(
@@ -293,6 +295,8 @@ def _reencoded(sources: Sequence[tuple[int, bytes]], skip_below: int, kiln_heade
                 if append(count, record.timestamp, record.key, record.value, headers) is not None:
                     count += 1
                     last = kiln_offset
+                    if codec == CODEC_NONE:
+                        codec = header.compression
                     continue
                 yield HardenedBatch(_finish(builder, codec), first, last, count, kiln_headers)
                 sequence = (sequence + count) % _SEQUENCE_MODULUS

@@ -122,7 +122,7 @@ def test_produce_with_each_codec_is_hardened_in_order_and_intact(
     # When kcat produces them to partition 0 with two headers each and the codec, in
     # batches of 50 (the linger lets each fill: librdkafka sends a batch that compression
     # would not shrink, such as a first one of a single line, uncompressed, and Kiln
-    # hardens merged batches with the codec of the first)
+    # hardens merged batches with the codec of the first compressed one)
     run = kcat("-P", "-b", kiln.bootstrap, "-t", unique_topic, "-p", "0", "-K", ":",
                "-H", "trace=kcat", "-H", "codec=" + codec,
                "-X", "batch.num.messages=50", "-X", "linger.ms=200", "-X", "acks=all",

@@ -144,6 +144,23 @@ def test_small_client_batches_are_merged_with_the_first_batch_codec() -> None:
     ]
 
 
+def test_a_merged_batch_is_compressed_like_its_first_compressed_source() -> None:
+    # Given two uncompressed client batches (as a client sends one that compression would
+    # not shrink) followed by a gzip one and a zstd one
+    codecs = [CODEC_NONE, CODEC_NONE, CODEC_GZIP, CODEC_ZSTD]
+    batches = [sample_records(3, start_ts=1_000 * i) for i in range(4)]
+    sources = [(3 * i, client_batch(b, c)) for i, (b, c) in enumerate(zip(batches, codecs,
+                                                                           strict=True))]
+
+    # When they are re-encoded together
+    out = build(sources)
+
+    # Then the one batch is gzip-compressed, and every record is in it in order
+    assert len(out) == 1
+    assert read_header(out[0].data).compression == CODEC_GZIP
+    assert [kiln_offset_of(r.headers) for r in decode_records(out[0].data)] == list(range(12))
+
+
 @pytest.mark.parametrize("codec", [CODEC_NONE, CODEC_ZSTD])
 def test_batches_are_split_to_fit_the_size_limit_with_consecutive_sequences(codec: int) -> None:
     # Given 2000 records of ~100 bytes in two client batches
