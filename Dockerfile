@@ -12,6 +12,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /opt/kiln
 # Every dependency ships wheels for this platform: no compiler needed.
 COPY pyproject.toml README.md ./
+COPY wire ./wire
 COPY proxy ./proxy
 COPY storage ./storage
 COPY cli ./cli

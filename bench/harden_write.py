@@ -36,10 +36,10 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.record._crecords import DefaultRecordBatchBuilder
 
 from bench.brokers import add_broker_option, start_broker
-from proxy.protocol.records import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD
 from storage.hardened_store import HardenedPartitionWriter
 from storage.kafka.client import KafkaClient
 from storage.model import Reliability, StoredBatch
+from wire.records import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD
 
 CODECS = {"none": CODEC_NONE, "gzip": CODEC_GZIP, "snappy": CODEC_SNAPPY, "lz4": CODEC_LZ4,
           "zstd": CODEC_ZSTD}

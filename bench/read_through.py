@@ -36,13 +36,13 @@ from aiokafka.record._crecords import DefaultRecordBatch
 
 from bench.brokers import add_broker_option, start_broker
 from bench.harden_write import CODECS, client_batches, values
-from proxy.protocol.batch import HEADER_SIZE, with_base_offset
-from proxy.protocol.lineage import kiln_offset_of
-from proxy.protocol.records import build_hardened_batches, to_kiln_offsets
 from storage.hardened_store import HardenedPartitionWriter
 from storage.kafka.client import KafkaClient
 from storage.model import TopicPartition
 from storage.read_through import ColdReader
+from wire.batch import HEADER_SIZE, with_base_offset
+from wire.lineage import kiln_offset_of
+from wire.records import build_hardened_batches, to_kiln_offsets
 
 _COMPRESS: dict[str, Callable[[bytes], bytes]] = {
     "none": lambda data: data,

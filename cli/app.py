@@ -8,11 +8,11 @@ import logging
 import uuid
 
 from cli.settings import Settings
-from proxy.server.context import KilnContext, ServerSettings
-from proxy.server.http_endpoints import HttpEndpoints
-from proxy.server.limits import ListenerLimits, ListenerMemory
-from proxy.server.listener import Listener
-from proxy.server.request_metrics import ServerCountersCollector
+from proxy.context import KilnContext, ServerSettings
+from proxy.http_endpoints import HttpEndpoints
+from proxy.limits import ListenerLimits, ListenerMemory
+from proxy.listener import Listener
+from proxy.request_metrics import ServerCountersCollector
 from storage.acks import SettledWaiters
 from storage.appender import Appender
 from storage.appends import AppendSignals

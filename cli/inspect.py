@@ -19,9 +19,11 @@ from cli import output
 from cli.admin import connect, settings_from
 from cli.settings import Settings
 from cli.subscriptions import store_options
-from proxy.protocol.batch import NO_PRODUCER_ID, TIMESTAMP_TYPE_BIT, read_header
-from proxy.protocol.errors import KafkaError
-from proxy.protocol.records import (
+from storage.clock import wall_clock_ms
+from storage.model import StoredBatch, TopicPartition
+from wire.batch import NO_PRODUCER_ID, TIMESTAMP_TYPE_BIT, read_header
+from wire.errors import KafkaError
+from wire.records import (
     CODEC_GZIP,
     CODEC_LZ4,
     CODEC_NONE,
@@ -29,8 +31,6 @@ from proxy.protocol.records import (
     CODEC_ZSTD,
     decode_records,
 )
-from storage.clock import wall_clock_ms
-from storage.model import StoredBatch, TopicPartition
 
 _COLUMNS = ("offset", "timestamp", "age_s", "key", "value", "headers", "producer",
             "compression", "level")

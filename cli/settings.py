@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cli import dev_instance
-from proxy.server.limits import ListenerLimits
+from proxy.limits import ListenerLimits
 from storage.catalog import KAFKA_DEFAULT
 from storage.redis_pool import SENTINEL_SCHEME, parse_sentinel_url
 
@@ -58,7 +58,7 @@ class Settings:
     default_partitions: int = KAFKA_DEFAULT
     node_id: int = 0
     max_frame_bytes: int = 100 * 1024 * 1024
-    # What the Kafka listener may hold for its clients (proxy/server/limits.py).
+    # What the Kafka listener may hold for its clients (proxy/limits.py).
     max_request_bytes: int = _LISTENER.max_request_bytes
     max_answer_bytes_per_connection: int = _LISTENER.max_answer_bytes_per_connection
     max_answer_bytes: int = _LISTENER.max_answer_bytes

@@ -23,7 +23,6 @@ from cli.admin import Stores, connect, settings_from
 from cli.settings import Settings
 from cli.status import status_rows
 from cli.subscriptions import _subscription_rows, store_options
-from proxy.protocol.errors import ErrorCode, KafkaError
 from storage.catalog import Catalog, CatalogSettings, DeletedTopic, forget_topic_state
 from storage.errors import StorageError
 from storage.groups.store import GroupStore
@@ -31,6 +30,7 @@ from storage.kafka.client import KafkaClient
 from storage.model import Reliability
 from storage.subscriptions import SubscriptionRegistry
 from storage.topics import CACHE_TTL_S, HardenPolicy, TopicConfig, kiln_configs, with_kiln_configs
+from wire.errors import ErrorCode, KafkaError
 
 _LIST_COLUMNS = ("name", "partitions", "reliability", "max_reliability", "producer_override",
                  "harden", "auto_subscribe", "buffered", "subscriptions")

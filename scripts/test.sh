@@ -25,7 +25,7 @@ record() {  # record NAME STATUS
 }
 
 lint_dirs=()
-for d in proxy storage cli tests bench spark_examples; do
+for d in wire proxy storage cli tests bench spark_examples; do
     if [ -d "$d" ]; then lint_dirs+=("$d"); fi
 done
 

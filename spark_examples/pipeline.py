@@ -12,7 +12,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from proxy.protocol.lineage import KILN_OFFSET_BYTES, KILN_OFFSET_HEADER
+from wire.lineage import KILN_OFFSET_BYTES, KILN_OFFSET_HEADER
 
 LINEAGE = ("topic", "partition", "kiln_offset")
 # A non-negative 8-byte big-endian number starts with a hex digit below 8.
@@ -21,7 +21,7 @@ _HIGHEST_FIRST_HEX_DIGIT = "7"
 
 def kiln_offset_column(headers: Column) -> Column:
     """The Kiln offset in a record's headers, or null: the last `kiln.offset` header holding
-    8 bytes that read as a non-negative big-endian number (`proxy.protocol.lineage`)."""
+    8 bytes that read as a non-negative big-endian number (`wire.lineage`)."""
     wellformed = F.filter(headers, lambda h: (h["key"] == F.lit(KILN_OFFSET_HEADER))
                           & (F.length(h["value"]) == KILN_OFFSET_BYTES)
                           & (F.substring(F.hex(h["value"]), 1, 1) <= _HIGHEST_FIRST_HEX_DIGIT))

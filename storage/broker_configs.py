@@ -22,8 +22,6 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-from proxy.protocol.configs import ConfigSource, ResourceType
-from proxy.protocol.errors import ErrorCode, KafkaError
 from storage.catalog import KAFKA_DEFAULT, CatalogSettings
 from storage.errors import HardenedStoreUnavailable
 from storage.kafka.client import ConfigSynonym, DescribedResource, KafkaClient
@@ -34,6 +32,8 @@ from storage.topic_configs import (
     KafkaRefused,
     raise_refusal,
 )
+from wire.configs import ConfigSource, ResourceType
+from wire.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 

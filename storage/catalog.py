@@ -32,7 +32,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from proxy.protocol.errors import ErrorCode, KafkaError
 from storage.appender import PartitionStarts
 from storage.clock import wall_clock_ms
 from storage.errors import HardenedStoreUnavailable, StorageError
@@ -50,6 +49,7 @@ from storage.topics import (
     validate_topic_name,
     with_kiln_configs,
 )
+from wire.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 

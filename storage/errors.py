@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.protocol.errors import ErrorCode, KafkaError
+from wire.errors import ErrorCode, KafkaError
 
 
 class StorageError(KafkaError):

@@ -14,7 +14,7 @@ and sequence numbers start again at 0 under the newest epoch. No data is ever wr
 transaction.
 
 A hardened record's Kiln offset is its `kiln.offset` header, or its Kafka offset when it has
-none (proxy.protocol.records). The writer tracks the partition's next Kafka offset: while it
+none (wire.records). The writer tracks the partition's next Kafka offset: while it
 equals the next Kiln offset to write, client batches are forwarded whole and need no header;
 once records were dropped, they are re-encoded with one. Either way, the last record in the
 partition says where hardening stopped.
@@ -34,15 +34,6 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from proxy.protocol.apis import Message
-from proxy.protocol.errors import ErrorCode, KafkaError
-from proxy.protocol.records import (
-    HardenedBatch,
-    SourceBatch,
-    iter_hardened_batches,
-    last_kiln_offset,
-    record_set_end,
-)
 from storage.errors import (
     HardenedStoreRejected,
     HardenedStoreUnavailable,
@@ -50,6 +41,15 @@ from storage.errors import (
 )
 from storage.kafka.client import EARLIEST, KafkaClient, PartitionSender, ProduceResult
 from storage.model import StoredBatch
+from wire.apis import Message
+from wire.errors import ErrorCode, KafkaError
+from wire.records import (
+    HardenedBatch,
+    SourceBatch,
+    iter_hardened_batches,
+    last_kiln_offset,
+    record_set_end,
+)
 
 log = logging.getLogger(__name__)
 

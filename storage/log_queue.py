@@ -45,11 +45,11 @@ import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, RedisError
 
-from proxy.protocol.batch import read_header
-from proxy.protocol.errors import ErrorCode
 from storage import redis_pool
 from storage.errors import BufferUnavailable, PartitionLost
 from storage.model import Reliability, StoredBatch, TopicPartition
+from wire.batch import read_header
+from wire.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 

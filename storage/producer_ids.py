@@ -16,8 +16,8 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from proxy.protocol.errors import ErrorCode, KafkaError
 from storage.errors import BufferUnavailable
+from wire.errors import ErrorCode, KafkaError
 
 _COUNTER = "kiln:producer_ids"
 NO_PRODUCER_ID = -1

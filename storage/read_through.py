@@ -2,11 +2,11 @@
 
 A hardened record's Kiln offset is its `kiln.offset` header; a record without one (forwarded
 while the partition's Kafka offsets equalled its Kiln offsets, or written before Kiln adopted
-the topic) has its Kafka offset as Kiln offset (proxy.protocol.records). Kiln offsets
+the topic) has its Kafka offset as Kiln offset (wire.records). Kiln offsets
 increase along a Kafka partition, with gaps where records were delivered and dropped or never
 hardened, so the first record at or above a wanted Kiln offset is found by binary search over
 Kafka batches, narrowed (for a consumer reading on, settled) by KilnPositions. Records come
-back rebuilt in Kiln offsets, as the hot tier serves them (proxy.protocol.records).
+back rebuilt in Kiln offsets, as the hot tier serves them (wire.records).
 
 Kafka failures surface as the storage layer's errors: HardenedStoreUnavailable (retriable)
 when Kafka cannot be reached, HardenedStoreRejected otherwise.
@@ -25,17 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ParamSpec, TypeVar
 
-from proxy.protocol.errors import ErrorCode, KafkaError
-from proxy.protocol.lineage import kiln_offset_of
-from proxy.protocol.records import (
-    BatchSpan,
-    LocatedRecord,
-    batch_spans,
-    decode_records,
-    first_record_at_or_after,
-    record_set_end,
-    to_kiln_offsets,
-)
 from storage.errors import (
     Fenced,
     HardenedStoreRejected,
@@ -47,6 +36,17 @@ from storage.hardened_store import Fence, HardenedPartitionWriter
 from storage.kafka.client import EARLIEST, FetchResult, KafkaClient
 from storage.kiln_positions import KilnPositions
 from storage.model import TopicPartition
+from wire.errors import ErrorCode, KafkaError
+from wire.lineage import kiln_offset_of
+from wire.records import (
+    BatchSpan,
+    LocatedRecord,
+    batch_spans,
+    decode_records,
+    first_record_at_or_after,
+    record_set_end,
+    to_kiln_offsets,
+)
 
 log = logging.getLogger(__name__)
 

@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import logging
 
-from proxy.protocol.errors import ErrorCode, KafkaError
 from storage.acks import SettledWaiters
 from storage.appender import PartitionStarts
 from storage.errors import PartitionLost
 from storage.log_queue import LogQueue
 from storage.model import TopicPartition
 from storage.read_through import ColdReader
+from wire.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 

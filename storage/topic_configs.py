@@ -25,8 +25,6 @@ import uuid
 from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from proxy.protocol.configs import AlterConfigOp, ConfigSource, ConfigType, ResourceType
-from proxy.protocol.errors import ErrorCode, KafkaError
 from storage.catalog import Catalog
 from storage.errors import HardenedStoreUnavailable
 from storage.kafka.client import (
@@ -43,6 +41,8 @@ from storage.topics import (
     with_kiln_configs,
     with_kiln_defaults,
 )
+from wire.configs import AlterConfigOp, ConfigSource, ConfigType, ResourceType
+from wire.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 

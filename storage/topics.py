@@ -25,9 +25,9 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from proxy.protocol.errors import ErrorCode, KafkaError
 from storage.errors import BufferUnavailable, StorageError
 from storage.model import Reliability
+from wire.errors import ErrorCode, KafkaError
 
 _TOPICS_KEY = "kiln:topics"
 _DELETED_KEY = "kiln:topics:deleted"

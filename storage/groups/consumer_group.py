@@ -29,7 +29,6 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from proxy.protocol.errors import ErrorCode
 from storage.groups.assignors import ASSIGNORS, UNIFORM, Assignment
 from storage.groups.consumer_model import (
     JOIN_EPOCH,
@@ -44,6 +43,7 @@ from storage.groups.consumer_model import (
     topic_regex,
 )
 from storage.model import TopicPartition
+from wire.errors import ErrorCode
 
 
 @dataclass(slots=True)

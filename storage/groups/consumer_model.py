@@ -13,8 +13,8 @@ from typing import Any
 
 import re2
 
-from proxy.protocol.errors import ErrorCode
 from storage.groups.assignors import ASSIGNORS
+from wire.errors import ErrorCode
 
 # The member epochs of a leaving member (dynamic, and static that may come back).
 LEAVE_EPOCH = -1

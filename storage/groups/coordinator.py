@@ -37,7 +37,6 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from proxy.protocol.errors import ErrorCode
 from storage.clock import wall_clock_ms
 from storage.errors import StorageError
 from storage.groups.consumer_group import ConsumerGroup
@@ -76,6 +75,7 @@ from storage.groups.snapshot import (
 from storage.groups.store import GroupConflict, GroupStore
 from storage.model import TopicPartition
 from storage.tasks import stop_task
+from wire.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from proxy.protocol.errors import ErrorCode
 from storage.groups.members import Member, select_protocol, supported_by_all
 from storage.groups.model import (
     UNKNOWN_MEMBER_ID,
@@ -33,6 +32,7 @@ from storage.groups.model import (
     SyncRequest,
     SyncResult,
 )
+from wire.errors import ErrorCode
 
 S = GroupState
 _MEMBER_ID_PREFIX_CHARS = 1000

@@ -9,8 +9,8 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from proxy.protocol.errors import ErrorCode
 from storage.model import TopicPartition
+from wire.errors import ErrorCode
 
 # The member id of a member that has none yet (Kafka's JoinGroupRequest.UNKNOWN_MEMBER_ID).
 UNKNOWN_MEMBER_ID = ""

@@ -28,12 +28,12 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 from redis.typing import EncodableT
 
-from proxy.protocol.errors import ErrorCode
 from storage import redis_pool
 from storage.errors import BufferUnavailable, StorageError
 from storage.groups.model import CommittedOffset
 from storage.groups.snapshot import offset_from_json, offset_to_json
 from storage.model import TopicPartition
+from wire.errors import ErrorCode
 
 GROUPS_KEY = "kiln:groups"
 

@@ -38,8 +38,6 @@ from kafka.protocol.producer import (
     ProduceRequest,
 )
 
-from proxy.protocol.apis import ApiKey, Message
-from proxy.protocol.errors import ErrorCode
 from storage.errors import (
     Fenced,
     HardenedStoreRejected,
@@ -48,6 +46,8 @@ from storage.errors import (
     StorageError,
 )
 from storage.kafka.connection import BrokerConnection
+from wire.apis import ApiKey, Message
+from wire.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 

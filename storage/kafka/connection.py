@@ -21,7 +21,8 @@ from typing import Any
 
 from kafka.protocol.metadata import ApiVersionsRequest
 
-from proxy.protocol.apis import (
+from storage.errors import HardenedStoreRejected, HardenedStoreUnavailable
+from wire.apis import (
     UPSTREAM_APIS,
     ApiKey,
     ApiSpec,
@@ -29,8 +30,7 @@ from proxy.protocol.apis import (
     decode_client_response,
     encode_client_request,
 )
-from proxy.protocol.errors import ErrorCode
-from storage.errors import HardenedStoreRejected, HardenedStoreUnavailable
+from wire.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 

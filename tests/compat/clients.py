@@ -27,8 +27,8 @@ from kafka.admin import KafkaAdminClient
 from kafka.admin import NewTopic as KafkaPythonNewTopic
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
-from proxy.protocol.lineage import split_lineage
 from tests.raw_client import RawClient
+from wire.lineage import split_lineage
 
 BASE_TIMESTAMP_MS = 1_700_000_000_000
 

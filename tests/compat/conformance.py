@@ -92,7 +92,7 @@ from kafka.protocol.producer import (
 )
 from kafka.record.memory_records import MemoryRecords
 
-from proxy.protocol.consumer_groups import (
+from wire.consumer_groups import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,

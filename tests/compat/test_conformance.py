@@ -26,7 +26,6 @@ import pytest
 import redis
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
-from proxy.protocol.apis import CLIENT_APIS
 from tests.compat.conformance import (
     API_VERSIONS_KEY,
     BUILDERS,
@@ -42,6 +41,7 @@ from tests.compat.conformance import (
     drive,
 )
 from tests.kiln_harness import RunningKiln, start_kiln
+from wire.apis import CLIENT_APIS
 
 UNSUPPORTED_VERSION = 35
 CLOSED = "<connection closed>"

@@ -36,16 +36,16 @@ from kafka.protocol.consumer import (
 )
 
 from cli.local_services import free_port
-from proxy.protocol.consumer_groups import (
+from tests.compat.clients import create_topic_confluent
+from tests.compat.conftest import GROUP_SETTINGS
+from tests.kiln_harness import RunningKiln, start_kiln
+from tests.raw_client import RawClient
+from wire.consumer_groups import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
-from tests.compat.clients import create_topic_confluent
-from tests.compat.conftest import GROUP_SETTINGS
-from tests.kiln_harness import RunningKiln, start_kiln
-from tests.raw_client import RawClient
 
 PARTITIONS = 4
 

@@ -3,7 +3,7 @@ Kafka topic, directly from the broker.
 
 For every case: each acknowledged record is there exactly once, in send order, in the
 partition the client was told, with key, value, headers and timestamp intact, and a Kiln
-offset (its `kiln.offset` header, or its Kafka offset: proxy/protocol/lineage.py) equal to
+offset (its `kiln.offset` header, or its Kafka offset: wire/lineage.py) equal to
 the offset the client was given (acks=0: the client is given none, so the Kiln offsets must
 run 0..n-1). The codec cases also check, with a raw Fetch, that the hardened batches carry
 the codec the client was configured with.

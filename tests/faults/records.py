@@ -12,7 +12,7 @@ from typing import Any
 
 import confluent_kafka
 
-from proxy.protocol.lineage import lineage_offset
+from wire.lineage import lineage_offset
 
 PAD = b"." * 90
 

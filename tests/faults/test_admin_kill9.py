@@ -37,12 +37,12 @@ from kafka.protocol.admin import (
 )
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
-from proxy.protocol.errors import ErrorCode
 from tests.compat.clients import read_hardened
 from tests.compat.java import commit_offsets, committed_offsets
 from tests.faults.kiln_process import KilnProcess, fresh_kiln_process, kiln_executable
 from tests.integration.consumers import BEGINNING, consume_kafka_python
 from tests.raw_client import RawClient, record_batch
+from wire.errors import ErrorCode
 
 # Nothing is hardened unless a flush asks: records produced after a flush stay buffered.
 HARDEN_NEVER_BY_ITSELF_MS = 3_600_000

@@ -11,11 +11,11 @@ import redis
 
 from cli.app import StartupError
 from cli.local_services import LocalRedis
-from proxy.protocol.errors import ErrorCode
 from tests.faults.records import NumberedLoop, read_partition
 from tests.integration.test_produce_harden import kiln_offset, read_hardened
 from tests.kiln_harness import start_kiln
 from tests.raw_client import RawClient, record_batch
+from wire.errors import ErrorCode
 
 SECOND_PRODUCER = 10_000_000  # its records are value_of(SECOND_PRODUCER + n)
 

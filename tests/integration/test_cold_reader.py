@@ -11,11 +11,11 @@ from typing import Any
 
 from aiokafka.record._crecords import DefaultRecordBatchBuilder
 
-from proxy.protocol.lineage import KILN_OFFSET_HEADER
-from proxy.protocol.records import decode_records
 from storage.kafka.client import KafkaClient
 from storage.model import TopicPartition
 from storage.read_through import ColdReader
+from wire.lineage import KILN_OFFSET_HEADER
+from wire.records import decode_records
 
 BASE_TS = 1_700_000_000_000
 

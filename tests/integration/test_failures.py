@@ -11,11 +11,11 @@ import redis
 from kafka import KafkaProducer
 
 from cli.local_services import LocalRedis
-from proxy.protocol.errors import ErrorCode
 from tests.conftest import KafkaRelay
 from tests.integration.test_produce_harden import kiln_offset, read_hardened
 from tests.kiln_harness import start_kiln
 from tests.raw_client import RawClient, record_batch
+from wire.errors import ErrorCode
 
 
 def test_two_kiln_processes_appending_to_one_partition_never_collide(

@@ -36,7 +36,6 @@ from kafka.protocol.consumer import (
     OffsetForLeaderEpochResponse,
 )
 
-from proxy.protocol.errors import ErrorCode as E
 from storage.log_queue import PartitionState
 from storage.model import TopicPartition
 from tests.compat.clients import read_hardened
@@ -46,6 +45,7 @@ from tests.integration.test_groups import commit as commit_over_the_wire
 from tests.integration.test_groups import fetch_offsets
 from tests.kiln_harness import RunningKiln, eventually, start_kiln
 from tests.raw_client import RawClient, record_batch
+from wire.errors import ErrorCode as E
 
 BASE_TIMESTAMP_MS = 1_700_000_000_000
 

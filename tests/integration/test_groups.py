@@ -31,9 +31,9 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
 from cli.local_services import LocalRedis
-from proxy.protocol.errors import ErrorCode
 from tests.kiln_harness import RunningKiln, start_kiln
 from tests.raw_client import RawClient, record_batch
+from wire.errors import ErrorCode
 
 E = ErrorCode
 GROUP_SETTINGS: dict[str, Any] = {

@@ -20,9 +20,14 @@ import pytest
 from aiokafka.record._crecords import DefaultRecordBatchBuilder
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from proxy.protocol.batch import read_header
-from proxy.protocol.lineage import split_lineage
-from proxy.protocol.records import (
+from storage.errors import Fenced
+from storage.hardened_store import Fence, HardenedPartitionWriter, WriteResult
+from storage.kafka.client import FetchResult, KafkaClient, ProduceResult
+from storage.model import Reliability, StoredBatch
+from tests.conftest import KafkaRelay
+from wire.batch import read_header
+from wire.lineage import split_lineage
+from wire.records import (
     CODEC_GZIP,
     CODEC_LZ4,
     CODEC_NONE,
@@ -31,11 +36,6 @@ from proxy.protocol.records import (
     build_hardened_batches,
     decode_records,
 )
-from storage.errors import Fenced
-from storage.hardened_store import Fence, HardenedPartitionWriter, WriteResult
-from storage.kafka.client import FetchResult, KafkaClient, ProduceResult
-from storage.model import Reliability, StoredBatch
-from tests.conftest import KafkaRelay
 
 pytestmark = pytest.mark.integration
 

@@ -7,12 +7,12 @@ from typing import Any
 
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
 
-from proxy.protocol.errors import ErrorCode
 from storage.model import TopicPartition
 from tests.integration.test_groups import commit, fetch_offsets, join
 from tests.integration.test_read_through import offsets_of, raw_fetch
 from tests.kiln_harness import RunningKiln
 from tests.raw_client import RawClient, record_batch
+from wire.errors import ErrorCode
 
 MAX_OFFSET = 2**63 - 1
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
-from proxy.protocol.errors import ErrorCode
 from tests.kiln_harness import RunningKiln
 from tests.raw_client import RawClient, record_batch
+from wire.errors import ErrorCode
 
 
 def init_producer_id(client: RawClient, producer_id: int = -1, epoch: int = -1) -> tuple[

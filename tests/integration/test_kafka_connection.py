@@ -15,10 +15,10 @@ from collections.abc import Awaitable, Callable
 import pytest
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataRequest
 
-from proxy.protocol.apis import ApiKey
-from proxy.protocol.header import response_frame
 from storage.errors import HardenedStoreUnavailable
 from storage.kafka.connection import BrokerConnection
+from wire.apis import ApiKey
+from wire.header import response_frame
 
 pytestmark = pytest.mark.integration
 

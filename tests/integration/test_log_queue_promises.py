@@ -10,13 +10,13 @@ from typing import TypeVar
 
 import redis
 
-from proxy.protocol.errors import ErrorCode, KafkaError
 from storage import redis_pool
 from storage.errors import PartitionLost
 from storage.log_queue import AppendBatch, AppendRequest, AppendResult, LogQueue
 from storage.model import Reliability, TopicPartition
 from storage.topics import new_topic, with_kiln_configs
 from tests.raw_client import record_batch
+from wire.errors import ErrorCode, KafkaError
 
 T = TypeVar("T")
 TP = TopicPartition("orders", 0)

@@ -8,10 +8,10 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from proxy.protocol.errors import ErrorCode
-from proxy.protocol.lineage import lineage_offset
 from tests.kiln_harness import RunningKiln, start_kiln
 from tests.raw_client import RawClient, record_batch
+from wire.errors import ErrorCode
+from wire.lineage import lineage_offset
 
 
 def read_hardened(bootstrap: str, topic: str, partition: int, expected: int,

@@ -11,13 +11,13 @@ import redis
 from aiokafka.record._crecords import DefaultRecordBatchBuilder
 from kafka.admin import KafkaAdminClient
 
-from proxy.protocol.errors import ErrorCode
-from proxy.protocol.lineage import split_lineage
 from storage.model import TopicPartition as KilnTopicPartition
 from tests.integration.consumers import BEGINNING, consume_kafka_python
 from tests.integration.test_produce_harden import read_hardened
 from tests.kiln_harness import RunningKiln, start_kiln
 from tests.raw_client import RawClient, record_batch
+from wire.errors import ErrorCode
+from wire.lineage import split_lineage
 
 BOGUS = ("kiln.offset", struct.pack(">q", 999_999))
 

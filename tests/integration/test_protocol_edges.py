@@ -17,9 +17,9 @@ from kafka.protocol.metadata import (
 )
 from kafka.protocol.producer import ProduceRequest
 
-from proxy.protocol.errors import ErrorCode
 from tests.kiln_harness import RunningKiln
 from tests.raw_client import RawClient, record_batch
+from wire.errors import ErrorCode
 
 
 def partition_next_offset(redis_url: str, topic: str, partition: int = 0) -> int:

@@ -13,12 +13,12 @@ from kafka.protocol.consumer import (
     ListOffsetsResponse,
 )
 
-from proxy.protocol.batch import split_batches
-from proxy.protocol.errors import ErrorCode
-from proxy.protocol.records import CODEC_GZIP, decode_records
 from storage.model import TopicPartition
 from tests.kiln_harness import RunningKiln
 from tests.raw_client import RawClient, record_batch
+from wire.batch import split_batches
+from wire.errors import ErrorCode
+from wire.records import CODEC_GZIP, decode_records
 
 FIRST_TIMESTAMP = 1_700_000_000_000  # record i of a raw_client batch: FIRST_TIMESTAMP + i
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1

@@ -22,10 +22,7 @@ from kafka.protocol.consumer import (
     ListOffsetsResponse,
 )
 
-from proxy.protocol.errors import ErrorCode
-from proxy.protocol.lineage import KILN_OFFSET_HEADER
-from proxy.protocol.records import decode_records
-from proxy.server.tiered_reads import COLD_TIER_UNAVAILABLE
+from proxy.tiered_reads import COLD_TIER_UNAVAILABLE
 from storage.kafka.client import KafkaClient
 from storage.model import Reliability
 from storage.model import TopicPartition as KilnTopicPartition
@@ -41,6 +38,9 @@ from tests.integration.consumers import (
 )
 from tests.kiln_harness import RunningKiln, start_kiln
 from tests.raw_client import RawClient
+from wire.errors import ErrorCode
+from wire.lineage import KILN_OFFSET_HEADER
+from wire.records import decode_records
 
 ACKS_1 = ProducerCase("none", 1, idempotence=False)
 EARLIEST = -2

@@ -6,10 +6,10 @@ from __future__ import annotations
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from proxy.protocol.errors import ErrorCode
 from storage.model import Reliability, TopicPartition
 from tests.kiln_harness import RunningKiln
 from tests.raw_client import RawClient
+from wire.errors import ErrorCode
 
 NOW_MS = 1_750_000_000_000
 

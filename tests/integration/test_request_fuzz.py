@@ -68,15 +68,15 @@ from kafka.protocol.schemas.fields.simple import SimpleField
 from kafka.protocol.schemas.fields.struct import StructField
 from kafka.protocol.schemas.fields.struct_array import StructArrayField
 
-from proxy.protocol import apis
-from proxy.protocol.apis import CLIENT_APIS, ApiKey, ApiSpec
-from proxy.protocol.configs import ResourceType
-from proxy.protocol.errors import ErrorCode
-from proxy.server.handlers.error_messages import MAX_MESSAGE_CHARS
+from proxy.handlers.error_messages import MAX_MESSAGE_CHARS
 from storage.kafka.client import KafkaClient
 from tests.integration.consumers import consume_kafka_python
 from tests.kiln_harness import RunningKiln, eventually, start_kiln
 from tests.raw_client import RawClient, record_batch
+from wire import apis
+from wire.apis import CLIENT_APIS, ApiKey, ApiSpec
+from wire.configs import ResourceType
+from wire.errors import ErrorCode
 
 pytestmark = pytest.mark.integration
 
@@ -598,7 +598,7 @@ class KilnLog(logging.Handler):
         self.records: list[logging.LogRecord] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.name.split(".")[0] in ("proxy", "storage", "cli", "asyncio"):
+        if record.name.split(".")[0] in ("wire", "proxy", "storage", "cli", "asyncio"):
             self.records.append(record)
 
     def since(self, index: int) -> list[str]:

@@ -32,7 +32,6 @@ from kafka.protocol.admin import (
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from cli.local_kafka import LocalKafka
-from proxy.protocol.errors import ErrorCode
 from storage.model import TopicPartition
 from storage.topics import TopicGone
 from tests.compat.clients import read_hardened
@@ -41,6 +40,7 @@ from tests.conftest import KafkaRelay, SessionBroker, _start_local
 from tests.integration.consumers import BEGINNING, consume_kafka_python
 from tests.kiln_harness import RunningKiln, start_kiln
 from tests.raw_client import RawClient, record_batch
+from wire.errors import ErrorCode
 
 ZERO_UUID = uuid.UUID(int=0)
 KAFKA_BROKER_ID = 1  # node.id of the test brokers (cli/local_kafka.py)

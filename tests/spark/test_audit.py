@@ -9,10 +9,10 @@ import json
 import pytest
 from pyspark.sql import SparkSession
 
-from proxy.protocol.lineage import encode_kiln_offset
 from spark_examples import audit
 from spark_examples.audit import audit_options, run_audit
 from tests.spark.records import Sent, create_topic, produce_records
+from wire.lineage import encode_kiln_offset
 
 pytestmark = pytest.mark.integration
 

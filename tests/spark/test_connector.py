@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from proxy.protocol.lineage import encode_kiln_offset, kiln_offset_of, lineage_offset
 from spark_examples.audit import audit_options, run_audit
 from spark_examples.hardened_stream import RECORDS, StreamSettings, start_queries
 from spark_examples.pipeline import with_lineage
@@ -24,6 +23,7 @@ from tests.spark.records import (
     seq_of,
     value_of,
 )
+from wire.lineage import encode_kiln_offset, kiln_offset_of, lineage_offset
 
 pytestmark = pytest.mark.integration
 

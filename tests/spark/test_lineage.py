@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import struct
 
-from proxy.protocol.lineage import (
+from wire.lineage import (
     decode_kiln_offset,
     encode_kiln_offset,
     kiln_offset_of,

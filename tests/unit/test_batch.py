@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-from proxy.protocol.batch import (
+from wire.batch import (
     as_served,
     read_header,
     split_batches,
     with_base_offset,
     with_leader_epoch,
 )
-from proxy.protocol.errors import ErrorCode, KafkaError
+from wire.errors import ErrorCode, KafkaError
 
 
 def client_batch(count: int = 3, codec: int = 0, producer: tuple[int, int, int] = (-1, -1, -1)

@@ -1,4 +1,4 @@
-"""Produce-time record validation (proxy/protocol/validation.py): batches from real encoders
+"""Produce-time record validation (wire/validation.py): batches from real encoders
 pass; every way a batch can disagree with its header is refused with Kafka's code."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.protocol.errors import ErrorCode, KafkaError
-from proxy.protocol.validation import (
+from wire.errors import ErrorCode, KafkaError
+from wire.validation import (
     INVALID_RECORD,
     INVALID_TIMESTAMP,
     RecordLimits,

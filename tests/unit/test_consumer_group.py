@@ -11,7 +11,6 @@ from collections.abc import Mapping
 
 import pytest
 
-from proxy.protocol.errors import ErrorCode
 from storage.groups.assignors import range_, uniform
 from storage.groups.consumer_group import ConsumerGroup
 from storage.groups.consumer_model import (
@@ -25,6 +24,7 @@ from storage.groups.consumer_model import (
 )
 from storage.groups.snapshot import consumer_group_from_json, consumer_group_to_json
 from storage.model import TopicPartition
+from wire.errors import ErrorCode
 
 E = ErrorCode
 SETTINGS = ConsumerGroupSettings(session_timeout_ms=45_000, heartbeat_interval_ms=5_000)

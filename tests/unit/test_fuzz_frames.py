@@ -10,10 +10,10 @@ import struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.protocol import apis
-from proxy.protocol.apis import CLIENT_APIS, UnsupportedRequest
-from proxy.protocol.batch import split_batches
-from proxy.protocol.errors import KafkaError, MalformedRequest
+from wire import apis
+from wire.apis import CLIENT_APIS, UnsupportedRequest
+from wire.batch import split_batches
+from wire.errors import KafkaError, MalformedRequest
 
 _KNOWN = [(int(spec.api_key), v) for spec in CLIENT_APIS.values()
           for v in range(spec.lowest_handled, spec.max_version + 1)]

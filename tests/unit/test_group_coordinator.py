@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from proxy.protocol.errors import ErrorCode
 from storage.errors import BufferUnavailable
 from storage.groups.coordinator import GroupCacheSettings, GroupCoordinator
 from storage.groups.model import (
@@ -25,6 +24,7 @@ from storage.groups.model import (
 )
 from storage.groups.store import GroupConflict, GroupStore, StoredGroup
 from storage.model import TopicPartition
+from wire.errors import ErrorCode
 
 SETTINGS = MembershipSettings(initial_rebalance_delay_ms=20, min_session_timeout_ms=100)
 

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from proxy.protocol.errors import ErrorCode
 from storage.groups.membership import Group, join_precheck
 from storage.groups.model import (
     GroupState,
@@ -22,6 +21,7 @@ from storage.groups.model import (
     SyncResult,
 )
 from storage.groups.snapshot import group_from_json, group_to_json
+from wire.errors import ErrorCode
 
 SETTINGS = MembershipSettings(initial_rebalance_delay_ms=300, min_session_timeout_ms=6_000,
                               max_session_timeout_ms=1_800_000)

@@ -19,11 +19,8 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import FindCoordinatorRequest
 
-from proxy.protocol import apis
-from proxy.protocol.apis import CLIENT_APIS, ApiKey, Request
-from proxy.protocol.errors import ErrorCode
-from proxy.server.dispatch import failure_response
-from proxy.server.handlers import groups, offsets
+from proxy.dispatch import failure_response
+from proxy.handlers import groups, offsets
 from storage.groups.model import (
     GroupState,
     GroupSummary,
@@ -33,6 +30,9 @@ from storage.groups.model import (
     MemberSummary,
     SyncResult,
 )
+from wire import apis
+from wire.apis import CLIENT_APIS, ApiKey, Request
+from wire.errors import ErrorCode
 
 E = ErrorCode
 

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from cli.settings import SettingsError, load_settings
-from proxy.server.http_endpoints import (
+from proxy.http_endpoints import (
     MAX_HEAD_BYTES,
     BadRequest,
     HttpRequest,

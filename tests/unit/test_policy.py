@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.protocol.errors import ErrorCode, KafkaError
 from storage.budget import budget_decision
 from storage.model import Reliability, StoredBatch
 from storage.policy.adaptive import DelayInputs
@@ -17,6 +16,7 @@ from storage.topics import (
     split_configs,
     with_kiln_configs,
 )
+from wire.errors import ErrorCode, KafkaError
 
 R = Reliability
 

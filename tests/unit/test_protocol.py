@@ -9,10 +9,10 @@ import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
-from proxy.protocol import apis
-from proxy.protocol.apis import ApiKey, UnsupportedRequest
-from proxy.protocol.errors import ErrorCode, MalformedRequest
-from proxy.protocol.header import parse_request_header, read_uvarint
+from wire import apis
+from wire.apis import ApiKey, UnsupportedRequest
+from wire.errors import ErrorCode, MalformedRequest
+from wire.header import parse_request_header, read_uvarint
 
 
 def client_frame(message: object, version: int, correlation_id: int = 7) -> bytes:

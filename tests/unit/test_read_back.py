@@ -8,15 +8,6 @@ import crc32c
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
-from proxy.protocol.batch import CONTROL_BIT, TIMESTAMP_TYPE_BIT, read_header, with_base_offset
-from proxy.protocol.records import (
-    CODEC_NONE,
-    LocatedRecord,
-    batch_spans,
-    decode_records,
-    first_record_at_or_after,
-    to_kiln_offsets,
-)
 from tests.unit.test_records import (
     CODECS,
     Record,
@@ -25,6 +16,15 @@ from tests.unit.test_records import (
     crc_ok,
     kiln_header,
     sample_records,
+)
+from wire.batch import CONTROL_BIT, TIMESTAMP_TYPE_BIT, read_header, with_base_offset
+from wire.records import (
+    CODEC_NONE,
+    LocatedRecord,
+    batch_spans,
+    decode_records,
+    first_record_at_or_after,
+    to_kiln_offsets,
 )
 
 

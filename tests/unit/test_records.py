@@ -10,10 +10,10 @@ import crc32c
 import pytest
 from aiokafka.record._crecords import DefaultRecordBatchBuilder
 
-from proxy.protocol.batch import HEADER_SIZE, read_header, with_base_offset
-from proxy.protocol.errors import KafkaError
-from proxy.protocol.lineage import KILN_OFFSET_HEADER, kiln_offset_of
-from proxy.protocol.records import (
+from wire.batch import HEADER_SIZE, read_header, with_base_offset
+from wire.errors import KafkaError
+from wire.lineage import KILN_OFFSET_HEADER, kiln_offset_of
+from wire.records import (
     CODEC_GZIP,
     CODEC_LZ4,
     CODEC_NONE,

@@ -10,8 +10,8 @@ from kafka.protocol.admin import CreateTopicsRequest
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
-from proxy.protocol import apis
-from proxy.protocol.errors import MalformedRequest
+from wire import apis
+from wire.errors import MalformedRequest
 
 
 def frame(request: object, api_key: int, version: int, flexible: bool) -> bytes:

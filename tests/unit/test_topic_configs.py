@@ -8,8 +8,6 @@ import dataclasses
 
 import pytest
 
-from proxy.protocol.configs import AlterConfigOp, ConfigSource, ConfigType
-from proxy.protocol.errors import ErrorCode, KafkaError
 from storage.broker_configs import kiln_broker_configs
 from storage.catalog import CatalogSettings
 from storage.kafka.client import ConfigSynonym
@@ -23,6 +21,8 @@ from storage.topic_configs import (
     replaced,
 )
 from storage.topics import HardenPolicy, kiln_configs, new_topic
+from wire.configs import AlterConfigOp, ConfigSource, ConfigType
+from wire.errors import ErrorCode, KafkaError
 
 TOPIC = new_topic("orders", 3)
 

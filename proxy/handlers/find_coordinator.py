@@ -1,0 +1,60 @@
+"""FindCoordinator: Kiln coordinates every consumer group itself; it offers no transactions,
+so a transaction coordinator is never available (clients retry, then give up)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from proxy.context import KilnContext
+from wire.apis import CLIENT_APIS, ApiKey, Message, Request
+from wire.errors import ErrorCode
+
+_RESP = CLIENT_APIS[ApiKey.FIND_COORDINATOR].response
+GROUP = 0
+TRANSACTION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    error_code: ErrorCode
+    error_message: str | None = None
+    node_id: int = -1
+    host: str = ""
+    port: int = -1
+
+
+def _locate(ctx: KilnContext, key_type: int) -> _Found:
+    if key_type == GROUP:
+        settings = ctx.settings
+        return _Found(ErrorCode.NONE, None, settings.node_id, settings.advertised_host,
+                      settings.advertised_port)
+    if key_type == TRANSACTION:
+        return _Found(ErrorCode.COORDINATOR_NOT_AVAILABLE, "Kiln does not offer transactions")
+    return _Found(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}")
+
+
+async def handle(ctx: KilnContext, request: Request) -> Message:
+    body = request.body
+    version = request.header.request_api_version
+    key_type = body.key_type if version >= 1 else GROUP
+    if version >= 4:
+        return _body(version, [(key, _locate(ctx, key_type)) for key in body.coordinator_keys])
+    return _body(version, [(body.key, _locate(ctx, key_type))])
+
+
+def _body(version: int, found: list[tuple[str, _Found]]) -> Message:
+    if version >= 4:
+        return _RESP[version](throttle_time_ms=0, coordinators=[
+            _RESP.Coordinator(key=key, node_id=f.node_id, host=f.host, port=f.port,
+                              error_code=int(f.error_code), error_message=f.error_message)
+            for key, f in found])
+    _, f = found[0]
+    return _RESP[version](throttle_time_ms=0, error_code=int(f.error_code),
+                          error_message=f.error_message, node_id=f.node_id, host=f.host,
+                          port=f.port)
+
+
+def error_response(request: Request, code: ErrorCode) -> Message:
+    version = request.header.request_api_version
+    keys = request.body.coordinator_keys if version >= 4 else [request.body.key]
+    return _body(version, [(key, _Found(code)) for key in keys])

@@ -1,0 +1,79 @@
+"""Metadata: Kiln advertises itself as the only broker and leader of every partition."""
+
+from __future__ import annotations
+
+import uuid
+
+from proxy.context import KilnContext
+from storage.topics import TopicConfig, validate_topic_name
+from wire.apis import CLIENT_APIS, ApiKey, Message, Request
+from wire.errors import ErrorCode, KafkaError
+
+_RESP = CLIENT_APIS[ApiKey.METADATA].response
+_TOPIC = _RESP.MetadataResponseTopic
+_PARTITION = _TOPIC.MetadataResponsePartition
+_BROKER = _RESP.MetadataResponseBroker
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+def _topic_entry(ctx: KilnContext, config: TopicConfig) -> Message:
+    node = ctx.settings.node_id
+    return _TOPIC(
+        error_code=0,
+        name=config.name,
+        topic_id=config.uuid,
+        is_internal=False,
+        partitions=[
+            _PARTITION(error_code=0, partition_index=p, leader_id=node, leader_epoch=0,
+                       replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
+            for p in range(config.partitions)
+        ],
+    )
+
+
+def _error_entry(name: str | None, topic_id: uuid.UUID | None, code: ErrorCode) -> Message:
+    return _TOPIC(error_code=int(code), name=name, topic_id=topic_id or _ZERO_UUID,
+                  is_internal=False, partitions=[])
+
+
+async def _requested(ctx: KilnContext, request: Request) -> list[Message]:
+    body = request.body
+    version = request.header.request_api_version
+    if body.topics is None or (version == 0 and not body.topics):
+        return [_topic_entry(ctx, c) for c in (await ctx.catalog.all()).values()]
+    allow_create = True if version < 4 else bool(body.allow_auto_topic_creation)
+    entries = []
+    by_id: dict[uuid.UUID, TopicConfig] | None = None
+    for wanted in body.topics:
+        name = wanted.name
+        if name is None:
+            if by_id is None:
+                by_id = {c.uuid: c for c in (await ctx.catalog.all()).values()}
+            found = by_id.get(wanted.topic_id)
+            missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            entries.append(_topic_entry(ctx, found) if found else
+                           _error_entry(None, wanted.topic_id, missing))
+            continue
+        try:
+            # As Kafka: a name no topic can have is INVALID_TOPIC_EXCEPTION, whether or not
+            # the client asked for creation (not UNKNOWN_TOPIC_OR_PARTITION, to be retried).
+            validate_topic_name(name)
+            config = await ctx.catalog.lookup(name, allow_create=allow_create)
+        except KafkaError as exc:
+            entries.append(_error_entry(name, None, exc.error_code))
+            continue
+        entries.append(_topic_entry(ctx, config) if config else
+                       _error_entry(name, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+    return entries
+
+
+async def handle(ctx: KilnContext, request: Request) -> Message:
+    settings = ctx.settings
+    return _RESP[request.header.request_api_version](
+        throttle_time_ms=0,
+        brokers=[_BROKER(node_id=settings.node_id, host=settings.advertised_host,
+                         port=settings.advertised_port, rack=None)],
+        cluster_id=settings.cluster_id,
+        controller_id=settings.node_id,
+        topics=await _requested(ctx, request),
+    )
