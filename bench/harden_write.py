@@ -39,7 +39,7 @@ from bench.brokers import add_broker_option, start_broker
 from storage.hardened_store import HardenedPartitionWriter
 from storage.kafka.client import KafkaClient
 from storage.model import Reliability, StoredBatch
-from wire.records import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD
+from wire.batch import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD
 
 CODECS = {"none": CODEC_NONE, "gzip": CODEC_GZIP, "snappy": CODEC_SNAPPY, "lz4": CODEC_LZ4,
           "zstd": CODEC_ZSTD}

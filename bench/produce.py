@@ -39,6 +39,7 @@ document only). The producer, Kiln, Redis and the broker all share this machine'
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import datetime
 import json
@@ -46,9 +47,7 @@ import os
 import platform
 import resource
 import signal
-import socket
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -65,7 +64,6 @@ import redis
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from bench.brokers import (
     Broker,
@@ -75,6 +73,8 @@ from bench.brokers import (
 )
 from cli.local_kafka import KAFKA_VERSION, java_binary
 from cli.local_services import LocalRedis, free_port, tansu_binary
+from storage.errors import StorageError
+from storage.kafka.client import KafkaClient
 
 REPO = Path(__file__).resolve().parent.parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -313,41 +313,19 @@ def create_topic(bootstrap: str, topic: str, replication_factor: int = 1) -> Non
         future.result(timeout=15)
 
 
-def fetch_high_watermark(bootstrap: str, topic: str, partition: int = 0,
-                         offset: int = 0, version: int = 11) -> int:
+def fetch_high_watermark(bootstrap: str, topic: str, partition: int = 0, offset: int = 0) -> int:
     """The partition's high watermark as a Fetch response reports it (tansu 0.6 answers
     ListOffsets LATEST wrongly). Fetching at `offset` ≤ the watermark keeps the answer small
     when `offset` is close to it."""
-    host, _, port = bootstrap.rpartition(":")
-    part = FetchRequest.FetchTopic.FetchPartition(
-        partition=partition, current_leader_epoch=-1, fetch_offset=offset,
-        last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1)
-    request = FetchRequest[version](
-        replica_id=-1, max_wait_ms=1, min_bytes=1, max_bytes=1, isolation_level=0,
-        session_id=0, session_epoch=-1,
-        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[part])],
-        forgotten_topics_data=[], rack_id="")
-    request.with_header(correlation_id=1, client_id="kiln-bench")
-    data = bytes(request.encode(version=version, header=True))
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(struct.pack(">i", len(data)) + data)
+    async def fetch() -> int:
+        client = KafkaClient(bootstrap, client_id="kiln-bench", connect_timeout=10,
+                             request_timeout=10)
+        try:
+            return (await client.fetch(topic, partition, offset, max_bytes=1)).high_watermark
+        finally:
+            await client.close()
 
-        def read(n: int) -> bytes:
-            buf = bytearray()
-            while len(buf) < n:
-                chunk = sock.recv(min(n - len(buf), 1 << 20))
-                if not chunk:
-                    raise ConnectionError("broker closed the connection")
-                buf += chunk
-            return bytes(buf)
-
-        (size,) = struct.unpack(">i", read(4))
-        frame = read(size)
-    response = FetchResponse.decode(frame[4:], version=version)
-    answer = response.responses[0].partitions[0]
-    if answer.error_code not in (0, 1):  # 1: OFFSET_OUT_OF_RANGE still carries the mark
-        raise BenchError(f"fetch {topic}[{partition}]: error {answer.error_code}")
-    return int(answer.high_watermark)
+    return asyncio.run(fetch())
 
 
 def confluent_watermark(bootstrap: str, topic: str) -> int:
@@ -646,7 +624,7 @@ def bench_end_to_end(args: argparse.Namespace, workdir: Path, broker: Broker,
             high = 0
             deadline = started + args.e2e_timeout
             while high < count and time.perf_counter() < deadline and not finished.is_set():
-                with contextlib.suppress(OSError, BenchError):
+                with contextlib.suppress(StorageError):
                     high = fetch_high_watermark(broker_bootstrap, topic, offset=high)
                 timeline.append((time.perf_counter() - started, high))
                 kiln.sample_rss()

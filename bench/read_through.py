@@ -31,26 +31,16 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from aiokafka.codec import gzip_encode, lz4_encode, snappy_encode, zstd_encode
-from aiokafka.record._crecords import DefaultRecordBatch
-
 from bench.brokers import add_broker_option, start_broker
 from bench.harden_write import CODECS, client_batches, values
+from storage.hardened_batches import iter_hardened_batches, to_kiln_offsets
 from storage.hardened_store import HardenedPartitionWriter
 from storage.kafka.client import KafkaClient
 from storage.model import TopicPartition
 from storage.read_through import ColdReader
-from wire.batch import HEADER_SIZE, with_base_offset
+from wire.batch import CODEC_NONE, HEADER_SIZE, with_base_offset
 from wire.lineage import kiln_offset_of
-from wire.records import build_hardened_batches, to_kiln_offsets
-
-_COMPRESS: dict[str, Callable[[bytes], bytes]] = {
-    "none": lambda data: data,
-    "gzip": lambda data: gzip_encode(data, 1),
-    "snappy": snappy_encode,
-    "lz4": lambda data: lz4_encode(data, 1),
-    "zstd": lambda data: zstd_encode(data, 1),
-}
+from wire.records import compress, records_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +62,8 @@ class Result:
 def hardened_record_sets(vals: list[bytes], codec: int) -> list[bytes]:
     """Batches as Kafka returns them after the hardener wrote the records."""
     sources = [(b.base_offset, b.data) for b in client_batches(vals, 1000, codec)]
-    built = build_hardened_batches(sources, 0, producer_id=-1, producer_epoch=-1,
-                                   base_sequence=-1, max_batch_bytes=1_000_000)
+    built = iter_hardened_batches(sources, 0, producer_id=-1, producer_epoch=-1,
+                                  base_sequence=-1, max_batch_bytes=1_000_000)
     out = []
     kafka_offset = 0
     for batch in built:
@@ -94,7 +84,7 @@ def best_of(runs: int, work: Callable[[], Any]) -> tuple[float, float]:
 
 def decode_all(record_sets: list[bytes]) -> None:
     for data in record_sets:
-        for record in DefaultRecordBatch(data):
+        for record in records_of(data):
             kiln_offset_of(record.headers)
 
 
@@ -148,8 +138,9 @@ def measure(codec: str, vals: list[bytes], args: argparse.Namespace,
     decode_s, _ = best_of(args.runs, lambda: decode_all(record_sets))
     rebuild_s, rebuild_cpu = best_of(args.runs, lambda: rebuild_all(record_sets))
     rebuilt = rebuild_all(record_sets)
-    compress = _COMPRESS[codec]
-    recompress_s, _ = best_of(args.runs, lambda: [compress(r[HEADER_SIZE:]) for r in rebuilt])
+    code = CODECS[codec]
+    recompress_s, _ = (0.0, 0.0) if code == CODEC_NONE else best_of(
+        args.runs, lambda: [compress(code, r[HEADER_SIZE:]) for r in rebuilt])
     read_s: float | None = None
     read_cpu: float | None = None
     if target is not None:
@@ -159,7 +150,7 @@ def measure(codec: str, vals: list[bytes], args: argparse.Namespace,
         round(sum(map(len, record_sets)) / 1e6, 1),
         round(sum(map(len, rebuilt)) / 1e6, 1), round(n / decode_s), round(n / rebuild_s),
         round(rebuild_cpu / n * 1e6, 3),
-        round(recompress_s / n * 1e6 if codec != "none" else 0.0, 3),
+        round(recompress_s / n * 1e6, 3),
         None if read_s is None else round(n / read_s),
         None if read_cpu is None else round(read_cpu / n * 1e6, 3),
     )

@@ -12,9 +12,7 @@ from proxy.context import KilnContext, ServerSettings
 from proxy.http_endpoints import HttpEndpoints
 from proxy.limits import ListenerLimits, ListenerMemory
 from proxy.listener import Listener
-from proxy.request_metrics import ServerCountersCollector
 from storage.acks import SettledWaiters
-from storage.appender import Appender
 from storage.appends import AppendSignals
 from storage.broker_configs import BrokerConfigs, kiln_broker_configs
 from storage.budget import BufferBudget
@@ -31,13 +29,16 @@ from storage.hardener import Hardener, HardenerSettings
 from storage.kafka.client import KafkaClient
 from storage.log_queue import LogQueue
 from storage.observability.buffer import BufferSnapshot
+from storage.observability.metrics import KilnMetrics
 from storage.observability.readiness import Readiness
 from storage.operator_requests import drain_requested
 from storage.policy.adaptive import DelayLimits
 from storage.policy.observer import DelayObserver
+from storage.producer_ids import ProducerIds
 from storage.read_through import ColdReader
 from storage.redis_eviction import eviction_risk
 from storage.subscriptions import SubscriptionRegistry
+from storage.tiered_log import TieredLog
 from storage.topic_configs import TopicConfigs
 from storage.topics import TopicRegistry
 
@@ -94,18 +95,20 @@ class KilnApp:
         ), consumer_settings=ConsumerGroupSettings(
             session_timeout_ms=settings.group_consumer_session_timeout_ms,
             heartbeat_interval_ms=settings.group_consumer_heartbeat_interval_ms,
-        ))
+        ), offsets_listener=self.delivery)
         forget_topic_state(self.catalog, subscriptions, group_store)
-        self.appends = AppendSignals()
-        self.appends.add_listener(self.hardener.appended)
+        appends = AppendSignals()
+        appends.add_listener(self.hardener.appended)
+        self.metrics = KilnMetrics()
         host, port = settings.advertised_address
         self.context = KilnContext(
             settings=ServerSettings(node_id=settings.node_id, advertised_host=host,
                                     advertised_port=port,
                                     max_frame_bytes=settings.max_frame_bytes),
-            queue=self.queue, catalog=self.catalog, waiters=self.waiters, budget=self.budget,
-            delivery=self.delivery, appends=self.appends, groups=self.groups, delay=self.delay,
-            cold=self.cold, appender=Appender(self.queue, self.catalog.starts),
+            log=TieredLog(self.queue, self.cold, self.catalog.starts, self.waiters,
+                          self.budget, self.delay, self.metrics, appends),
+            catalog=self.catalog, groups=self.groups,
+            producer_ids=ProducerIds(self.queue.redis), metrics=self.metrics,
             memory=ListenerMemory(listener_limits(settings)),
             topic_configs=TopicConfigs(self.catalog, self.kafka),
             broker_configs=BrokerConfigs(self.kafka, settings.node_id, kiln_broker_configs(
@@ -114,8 +117,6 @@ class KilnApp:
         listen_host, listen_port = settings.listen_address
         self.listener = Listener(self.context, listen_host, listen_port)
         # Metrics: collectors read, when scraped, what the parts count anyway.
-        self.metrics = self.context.metrics
-        self.metrics.register(ServerCountersCollector(self.context.counters))
         self.metrics.watch_hardener(self.hardener.counters)
         self.metrics.watch_buffer(BufferSnapshot(self.queue, self.catalog.registry))
         self.metrics.set_delay_source(lambda: {
@@ -217,13 +218,6 @@ class KilnApp:
         await self.cold.close()
         await self.cold_kafka.close()
         await self.queue.close()
-
-    async def run_until(self, stop: asyncio.Event) -> None:
-        await self.start()
-        try:
-            await stop.wait()
-        finally:
-            await self.close()
 
 
 def listener_limits(settings: Settings) -> ListenerLimits:

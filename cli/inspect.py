@@ -21,16 +21,18 @@ from cli.settings import Settings
 from cli.subscriptions import store_options
 from storage.clock import wall_clock_ms
 from storage.model import StoredBatch, TopicPartition
-from wire.batch import NO_PRODUCER_ID, TIMESTAMP_TYPE_BIT, read_header
-from wire.errors import KafkaError
-from wire.records import (
+from wire.batch import (
     CODEC_GZIP,
     CODEC_LZ4,
     CODEC_NONE,
     CODEC_SNAPPY,
     CODEC_ZSTD,
-    decode_records,
+    NO_PRODUCER_ID,
+    TIMESTAMP_TYPE_BIT,
+    read_header,
 )
+from wire.errors import KafkaError
+from wire.records import decode_records
 
 _COLUMNS = ("offset", "timestamp", "age_s", "key", "value", "headers", "producer",
             "compression", "level")

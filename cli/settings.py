@@ -19,6 +19,7 @@ from typing import Any
 from cli import dev_instance
 from proxy.limits import ListenerLimits
 from storage.catalog import KAFKA_DEFAULT
+from storage.kafka.client import parse_bootstrap
 from storage.redis_pool import SENTINEL_SCHEME, parse_sentinel_url
 
 _LISTENER = ListenerLimits()  # the listener's defaults are its own
@@ -159,7 +160,10 @@ def _validate(settings: Settings) -> Settings:
     settings.listen_address  # noqa: B018 - parses and raises on a bad value
     settings.advertised_address  # noqa: B018
     settings.http_address  # noqa: B018
-    parse_host_port(settings.kafka_bootstrap.split(",")[0], "kafka_bootstrap")
+    try:
+        parse_bootstrap(settings.kafka_bootstrap)
+    except ValueError as exc:
+        raise SettingsError(f"kafka_bootstrap: {exc}, got {settings.kafka_bootstrap!r}") from None
     if settings.redis_url.startswith(SENTINEL_SCHEME):
         try:
             parse_sentinel_url(settings.redis_url)

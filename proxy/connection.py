@@ -55,8 +55,7 @@ class Connection:
         self._closed = False
 
     async def serve(self) -> None:
-        self._ctx.counters.connections += 1
-        self._ctx.metrics.connection_accepted()
+        self._ctx.metrics.connection_opened()
         CLIENT_HOST.set(client_host_of(self._peer))
         sender = asyncio.create_task(self._send_in_order())
         reading = self._reading = asyncio.create_task(self._read_loop())
@@ -81,7 +80,7 @@ class Connection:
             self._closed = True
             self._memory.answers.release(self._owed_bytes)
             self._owed_bytes = 0
-            self._ctx.counters.connections -= 1
+            self._ctx.metrics.connection_closed()
             self._writer.close()
 
     def stop_reading(self) -> None:
@@ -119,7 +118,7 @@ class Connection:
             if size is None:
                 return
             if size < 4 or size > max_frame:
-                self._ctx.counters.malformed_frames += 1
+                self._ctx.metrics.malformed_frame()
                 log.warning("closing %s: frame size %d outside 4..%d", self._peer, size, max_frame)
                 return
             await requests.acquire(size)
@@ -164,7 +163,7 @@ class Connection:
             async with asyncio.timeout(timeout_s):
                 return await self._reader.readexactly(size)
         except TimeoutError:
-            self._ctx.counters.malformed_frames += 1
+            self._ctx.metrics.malformed_frame()
             log.warning("closing %s: a %d-byte frame did not arrive within %.0fs",
                         self._peer, size, timeout_s)
             return None
@@ -176,7 +175,7 @@ class Connection:
         except UnsupportedRequest as exc:
             return self._answer_unsupported(exc)
         except MalformedRequest as exc:
-            self._ctx.counters.malformed_frames += 1
+            self._ctx.metrics.malformed_frame()
             log.warning("closing %s: malformed request (correlation_id=%s): %s",
                         self._peer, exc.correlation_id, exc)
             return False
@@ -208,7 +207,7 @@ class Connection:
             self._owe(fut)
             fut.set_result(api_versions.unsupported_version_frame(header.correlation_id))
             return True
-        self._ctx.counters.malformed_frames += 1
+        self._ctx.metrics.malformed_frame()
         log.warning("closing %s: unsupported api %d v%d (client %s)", self._peer,
                     header.request_api_key, header.request_api_version, header.client_id)
         return False

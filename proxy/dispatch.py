@@ -31,6 +31,7 @@ from proxy.handlers import (
     produce,
 )
 from proxy.reply import Deferred
+from proxy.request_metrics import API_LABELS
 from wire.apis import ApiKey, Message, Request, encode_response, error_response
 from wire.errors import ErrorCode, KafkaError
 
@@ -89,7 +90,7 @@ def failure_response(request: Request, code: ErrorCode) -> Message:
 async def dispatch(ctx: KilnContext, request: Request) -> asyncio.Future[bytes | None]:
     """Process `request` now; the returned future holds its response frame (None when none
     is to be sent). It is already done unless the handler deferred its answer."""
-    ctx.counters.requests_by_api[request.spec.api_key.name] += 1
+    ctx.metrics.requested(API_LABELS[request.spec.api_key.name])
     log.debug("request %s v%d correlation_id=%d client_id=%s", request.spec.api_key.name,
               request.header.request_api_version, request.header.correlation_id,
               request.header.client_id)

@@ -1,11 +1,14 @@
 """Operators' HTTP endpoints, in Kiln's event loop: /metrics (Prometheus), /healthz (the
 process runs and its loop answers), /readyz (Redis and Kafka answer).
 
-A deliberately small HTTP/1.x server: one request per connection (`Connection: close`),
-GET and HEAD only, no request bodies. Whatever a client sends or fails to send (garbage,
-an endless head, nothing at all) costs it its connection, never Kiln anything else: the
-head must arrive within `read_timeout_s` and fit in 16 KiB, answers that cannot be written
-within `write_timeout_s` are dropped, and at most `max_connections` are served at once.
+One request per connection (`Connection: close`), GET and HEAD only, no request bodies.
+h11 parses the request head and frames the answer; Kiln's asyncio edge adds what h11 leaves
+to its user, so that whatever a client sends or fails to send (garbage, an endless head,
+nothing at all) costs it its connection, never Kiln anything else: the head must arrive
+within `read_timeout_s` (408) and fit in 16 KiB (431), answers that cannot be written within
+`write_timeout_s` are dropped, and at most `max_connections` are served at once. Kiln also
+skips blank lines before the request line (RFC 9112 2.2) and refuses what h11 lets through:
+versions other than 1.0 and 1.1, targets that are not paths.
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ import asyncio
 import dataclasses
 import json
 import logging
-import re
 from dataclasses import dataclass
+from http import HTTPStatus
 
+import h11
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from storage.observability.metrics import KilnMetrics
@@ -25,12 +29,6 @@ from storage.observability.readiness import Readiness
 log = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES = 16 * 1024
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_VERSION = re.compile(r"HTTP/1\.[01]")
-_JSON = "application/json"
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            408: "Request Timeout", 431: "Request Header Fields Too Large",
-            500: "Internal Server Error", 503: "Service Unavailable"}
 _PATHS = ("/metrics", "/healthz", "/readyz")
 
 
@@ -50,7 +48,7 @@ class HttpRequest:
 class HttpResponse:
     status: int
     body: bytes
-    content_type: str = _JSON
+    content_type: str = "application/json"
     allow: str | None = None
 
     @classmethod
@@ -58,51 +56,60 @@ class HttpResponse:
         return cls(status, json.dumps(document).encode() + b"\n")
 
 
-def parse_request_head(head: bytes) -> HttpRequest:
-    """The method and path of a request head (request line, headers, blank line); raises
-    BadRequest(400) for anything that is not an HTTP/1.0 or 1.1 origin-form request line."""
-    # RFC 9112 2.2: a server should ignore blank lines received before the request line.
-    request_line = head.decode("latin-1").lstrip("\r\n").split("\n", 1)[0].removesuffix("\r")
-    parts = request_line.split(" ")
-    if len(parts) != 3:
-        raise BadRequest(400, "malformed request line")
-    method, target, version = parts
-    if not _TOKEN.fullmatch(method):
-        raise BadRequest(400, "malformed method")
-    if not _VERSION.fullmatch(version):
-        raise BadRequest(400, "not HTTP/1.0 or HTTP/1.1")
-    if not target.startswith("/"):
-        raise BadRequest(400, "request target must be a path")
-    return HttpRequest(method, target.split("?", 1)[0])
+class Exchange:
+    """One connection's request and answer, I/O-free: bytes in, request out; answer in,
+    bytes out."""
 
+    def __init__(self) -> None:
+        self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self.received = 0
+        self._method = b"GET"
 
-def encode_response(response: HttpResponse, *, with_body: bool = True) -> bytes:
-    lines = [f"HTTP/1.1 {response.status} {_REASONS.get(response.status, 'Unknown')}",
-             f"Content-Type: {response.content_type}",
-             f"Content-Length: {len(response.body)}",
-             "Cache-Control: no-store",
-             "Connection: close"]
-    if response.allow is not None:
-        lines.append(f"Allow: {response.allow}")
-    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-    return head + response.body if with_body else head
-
-
-async def read_head(reader: asyncio.StreamReader) -> bytes:
-    """Lines up to and including the blank one; ConnectionError when the client stops
-    sending first, BadRequest(431) past MAX_HEAD_BYTES."""
-    head = bytearray()
-    while len(head) <= MAX_HEAD_BYTES:
-        try:
-            line = await reader.readline()
-        except ValueError:  # one line longer than the reader's limit
-            raise BadRequest(431, "request head too large") from None
-        if not line.endswith(b"\n"):
+    def receive(self, data: bytes) -> HttpRequest | None:
+        """The request once its head is complete, None until then; b"" (the client closed)
+        raises ConnectionError, a head h11 or Kiln refuses BadRequest."""
+        if not data:
             raise ConnectionError("client closed before the end of the request head")
-        head += line
-        if line in (b"\r\n", b"\n") and head.strip():
-            return bytes(head)
-    raise BadRequest(431, "request head too large")
+        if not self.received and not (data := data.lstrip(b"\r\n")):
+            return None
+        self.received += len(data)
+        self._h11.receive_data(data)
+        try:
+            event = self._h11.next_event()
+        except h11.RemoteProtocolError as exc:
+            # h11 quotes the offending input in its message: only the start of it is told.
+            raise BadRequest(exc.error_status_hint, str(exc)[:200]) from None
+        if not isinstance(event, h11.Request):
+            return None  # NEED_DATA (h11 never saw an end of input: nothing else can come)
+        self._method = event.method  # h11 frames the answer by it: no body for HEAD
+        if event.http_version not in (b"1.0", b"1.1") or not event.target.startswith(b"/"):
+            raise BadRequest(400, "not an HTTP/1.0 or HTTP/1.1 request for a path")
+        return HttpRequest(event.method.decode(), event.target.decode().split("?", 1)[0])
+
+    def respond(self, response: HttpResponse) -> bytes:
+        headers = [("Content-Type", response.content_type),
+                   ("Content-Length", str(len(response.body))),
+                   ("Cache-Control", "no-store"), ("Connection", "close"),
+                   *([("Allow", response.allow)] if response.allow is not None else [])]
+        head = self._h11.send(h11.Response(status_code=response.status, headers=headers,
+                                           reason=HTTPStatus(response.status).phrase))
+        body = self._h11.send(h11.Data(data=response.body)) if self._method != b"HEAD" else b""
+        return head + body + self._h11.send(h11.EndOfMessage())
+
+
+async def read_request(reader: asyncio.StreamReader, exchange: Exchange,
+                       timeout_s: float) -> HttpRequest:
+    """The request whose head arrives within timeout_s, else BadRequest(408)."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            # h11 refuses a head over its limit only while the head is incomplete: never
+            # give it more than one byte over.
+            while (request := exchange.receive(
+                    await reader.read(MAX_HEAD_BYTES + 1 - exchange.received))) is None:
+                pass
+            return request
+    except TimeoutError:
+        raise BadRequest(408, "request head not received in time") from None
 
 
 class HttpEndpoints:
@@ -128,8 +135,7 @@ class HttpEndpoints:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, self._host, self._port,
-                                                  limit=MAX_HEAD_BYTES)
+        self._server = await asyncio.start_server(self._accept, self._host, self._port)
         self._lag_task = asyncio.create_task(self._watch_loop(), name="kiln-loop-lag")
         log.info("metrics and health on http://%s:%d (/metrics, /healthz, /readyz)",
                  self._host, self.port)
@@ -169,11 +175,10 @@ class HttpEndpoints:
             writer.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        method = "GET"
+        exchange = Exchange()
         try:
-            request = parse_request_head(await self._read_head(reader))
-            method = request.method
-            response = await self._route(request)
+            response = await self._route(
+                await read_request(reader, exchange, self._read_timeout_s))
         except BadRequest as exc:
             response = HttpResponse.json(exc.status, {"error": str(exc)})
         except ConnectionError:
@@ -183,7 +188,7 @@ class HttpEndpoints:
             # logged once with its traceback: a broken collector must not take Kiln down.
             log.exception("HTTP endpoint failed")
             response = HttpResponse.json(500, {"error": "internal error, see Kiln's log"})
-        writer.write(encode_response(response, with_body=method != "HEAD"))
+        writer.write(exchange.respond(response))
         try:
             async with asyncio.timeout(self._write_timeout_s):
                 await writer.drain()
@@ -191,13 +196,6 @@ class HttpEndpoints:
             writer.transport.abort()  # a client that does not read: drop what is buffered
         except ConnectionError:
             pass
-
-    async def _read_head(self, reader: asyncio.StreamReader) -> bytes:
-        try:
-            async with asyncio.timeout(self._read_timeout_s):
-                return await read_head(reader)
-        except TimeoutError:
-            raise BadRequest(408, "request head not received in time") from None
 
     async def _route(self, request: HttpRequest) -> HttpResponse:
         if request.path not in _PATHS:

@@ -1,16 +1,11 @@
-"""Metrics of the Kafka-facing edge: request latency per API (and per acks for Produce),
-and a collector over the counters connections and dispatch already keep."""
+"""Metrics of the Kafka-facing edge: Kafka's API names as labels, and request latency per
+API (and per acks for Produce)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-
-from proxy.context import ServerCounters
 from storage.observability.metrics import KilnMetrics
 from wire.apis import ApiKey, Request
 
@@ -39,21 +34,3 @@ def observe_request(metrics: KilnMetrics, request: Request,
         done(answer)
     else:
         answer.add_done_callback(done)
-
-
-class ServerCountersCollector(Collector):
-    def __init__(self, counters: ServerCounters) -> None:
-        self._counters = counters
-
-    def collect(self) -> Iterator[Metric]:
-        c = self._counters
-        requests = CounterMetricFamily("kiln_requests", "Client requests by API",
-                                       labels=["api"])
-        for name, count in sorted(c.requests_by_api.items()):
-            requests.add_metric([API_LABELS.get(name, name)], count)
-        yield requests
-        yield GaugeMetricFamily("kiln_connections_open", "Kafka client connections open",
-                                value=c.connections)
-        yield CounterMetricFamily("kiln_malformed_frames",
-                                  "Connections closed for a frame Kiln could not take",
-                                  value=c.malformed_frames)

@@ -14,10 +14,10 @@ and sequence numbers start again at 0 under the newest epoch. No data is ever wr
 transaction.
 
 A hardened record's Kiln offset is its `kiln.offset` header, or its Kafka offset when it has
-none (wire.records). The writer tracks the partition's next Kafka offset: while it
+none (wire.lineage). The writer tracks the partition's next Kafka offset: while it
 equals the next Kiln offset to write, client batches are forwarded whole and need no header;
-once records were dropped, they are re-encoded with one. Either way, the last record in the
-partition says where hardening stopped.
+once records were dropped, they are re-encoded with one (storage.hardened_batches). Either
+way, the last record in the partition says where hardening stopped.
 
 A write pipelines the batches to the leader with acks=-1, one batch per Produce request. Any
 failure leaves the writer needing recover() again: some of the write may have landed, and
@@ -39,22 +39,22 @@ from storage.errors import (
     HardenedStoreUnavailable,
     StorageError,
 )
-from storage.kafka.client import EARLIEST, KafkaClient, PartitionSender, ProduceResult
-from storage.model import StoredBatch
-from wire.apis import Message
-from wire.errors import ErrorCode, KafkaError
-from wire.records import (
+from storage.hardened_batches import (
+    SEQUENCE_MODULUS,
     HardenedBatch,
     SourceBatch,
     iter_hardened_batches,
     last_kiln_offset,
-    record_set_end,
 )
+from storage.kafka.client import EARLIEST, KafkaClient, PartitionSender, ProduceResult
+from storage.model import StoredBatch
+from wire.apis import Message
+from wire.errors import ErrorCode, KafkaError
+from wire.records import record_set_end
 
 log = logging.getLogger(__name__)
 
 FENCING_ID_PREFIX = "kiln-harden"
-_SEQUENCE_MODULUS = 1 << 31
 _TAIL_FETCH_BYTES = 4 * 1024 * 1024
 _MAX_TAIL_FETCH_BYTES = 64 * 1024 * 1024
 _TAIL_WINDOW_GROWTH = 8
@@ -236,7 +236,7 @@ class HardenedPartitionWriter:
         if stats.records == 0:
             self._ready = True
             return NOTHING_WRITTEN
-        self._sequence = (self._sequence + stats.records) % _SEQUENCE_MODULUS
+        self._sequence = (self._sequence + stats.records) % SEQUENCE_MODULUS
         self._next_kiln_offset = stats.last_kiln_offset + 1
         self._kafka_end = stats.kafka_end
         if stats.misplaced:

@@ -2,11 +2,11 @@
 
 A hardened record's Kiln offset is its `kiln.offset` header; a record without one (forwarded
 while the partition's Kafka offsets equalled its Kiln offsets, or written before Kiln adopted
-the topic) has its Kafka offset as Kiln offset (wire.records). Kiln offsets
+the topic) has its Kafka offset as Kiln offset (wire.lineage). Kiln offsets
 increase along a Kafka partition, with gaps where records were delivered and dropped or never
 hardened, so the first record at or above a wanted Kiln offset is found by binary search over
 Kafka batches, narrowed (for a consumer reading on, settled) by KilnPositions. Records come
-back rebuilt in Kiln offsets, as the hot tier serves them (wire.records).
+back rebuilt in Kiln offsets, as the hot tier serves them (storage.hardened_batches).
 
 Kafka failures surface as the storage layer's errors: HardenedStoreUnavailable (retriable)
 when Kafka cannot be reached, HardenedStoreRejected otherwise.
@@ -32,21 +32,20 @@ from storage.errors import (
     HardenedTopicMissing,
     StorageError,
 )
+from storage.hardened_batches import (
+    BatchSpan,
+    LocatedRecord,
+    batch_spans,
+    first_record_at_or_after,
+    to_kiln_offsets,
+)
 from storage.hardened_store import Fence, HardenedPartitionWriter
 from storage.kafka.client import EARLIEST, FetchResult, KafkaClient
 from storage.kiln_positions import KilnPositions
 from storage.model import TopicPartition
 from wire.errors import ErrorCode, KafkaError
-from wire.lineage import kiln_offset_of
-from wire.records import (
-    BatchSpan,
-    LocatedRecord,
-    batch_spans,
-    decode_records,
-    first_record_at_or_after,
-    record_set_end,
-    to_kiln_offsets,
-)
+from wire.lineage import lineage_offset
+from wire.records import decode_records, record_set_end
 
 log = logging.getLogger(__name__)
 
@@ -328,9 +327,8 @@ class ColdReader:
                 if record.offset < log_start:
                     continue
                 if best is None or record.timestamp > best.timestamp:
-                    found = kiln_offset_of(record.headers)
                     best = LocatedRecord(record.offset,
-                                         record.offset if found is None else found,
+                                         lineage_offset(record.headers, record.offset),
                                          record.timestamp)
             end = record_set_end(result.records)
             if end is None or end <= position:
@@ -399,9 +397,8 @@ class ColdReader:
                 position = await self._after_out_of_range(tp, kiln_offset)
                 continue
             for record in _decoded(decode_records, result.records):
-                found = kiln_offset_of(record.headers)
                 if record.offset >= position and \
-                        (record.offset if found is None else found) >= kiln_offset:
+                        lineage_offset(record.headers, record.offset) >= kiln_offset:
                     return record.offset
             end = record_set_end(result.records)
             if end is None or end <= position:

@@ -42,6 +42,7 @@ from cli.local_services import (
     free_port,
     kafka_broker_answers,
 )
+from storage.kafka.client import parse_bootstrap
 from tests.tcp_relay import RelayedTansu, TcpRelay
 
 log = logging.getLogger(__name__)
@@ -142,8 +143,7 @@ def kafka_broker() -> Iterator[SessionBroker]:
     """The session's broker (see the module's docstring)."""
     bootstrap = os.environ.get("KILN_TEST_KAFKA_BOOTSTRAP")
     if bootstrap:
-        host, _, port = bootstrap.split(",")[0].rpartition(":")
-        if not (port.isdigit() and kafka_broker_answers(host or "127.0.0.1", int(port), 5.0)):
+        if not kafka_broker_answers(*parse_bootstrap(bootstrap)[0], 5.0):
             pytest.fail(
                 f"KILN_TEST_KAFKA_BOOTSTRAP={bootstrap} does not answer ApiVersions/Metadata",
                 pytrace=False,

@@ -17,20 +17,34 @@ from wire.errors import ErrorCode, KafkaError
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
-_BASE_OFFSET = struct.Struct(">q")
+# Where HEADER's fields start; the one statement of the layout, for whatever patches a header.
+LENGTH_AT = 8  # batch_length: the bytes after it
+LEADER_EPOCH_AT = 12
+MAGIC_AT = 16
+CRC_AT = 17
+ATTRIBUTES_AT = 21  # the CRC covers the batch from here on
+LAST_OFFSET_DELTA_AT = 23
+PRODUCER_AT = 43  # producer_id, producer_epoch, base_sequence
+RECORD_COUNT_AT = 57
+LOG_OVERHEAD = 12  # base_offset + batch_length precede what batch_length counts
+BASE_OFFSET = struct.Struct(">q")
+INT32 = struct.Struct(">i")  # batch_length, partition_leader_epoch, last delta, record count
+CRC = struct.Struct(">I")
+ATTRIBUTES = struct.Struct(">h")
+PRODUCER = struct.Struct(">qhi")
 # base_offset, batch_length, partition_leader_epoch: what precedes the magic byte.
 _PREFIX = struct.Struct(">qii")
-_LEADER_EPOCH = struct.Struct(">i")
-_LEADER_EPOCH_AT = 12
-_MAGIC_AT = 16
-_LENGTH_AT = 8
-_LOG_OVERHEAD = 12  # base_offset + batch_length precede what batch_length counts
-_CRC_FROM = 21
 
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
+# The compression codecs, as the attributes' low bits name them.
+CODEC_NONE = 0
+CODEC_GZIP = 1
+CODEC_SNAPPY = 2
+CODEC_LZ4 = 3
+CODEC_ZSTD = 4
 
 NO_PRODUCER_ID = -1
 
@@ -65,7 +79,7 @@ class BatchHeader:
 
     @property
     def size(self) -> int:
-        return self.batch_length + _LOG_OVERHEAD
+        return self.batch_length + LOG_OVERHEAD
 
     @property
     def last_sequence(self) -> int:
@@ -92,24 +106,47 @@ def split_batches(records: bytes | memoryview) -> Iterator[tuple[BatchHeader, me
                 ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, f"magic {header.magic} (only v2)"
             )
         end = pos + header.size
-        if header.batch_length < HEADER_SIZE - _LOG_OVERHEAD or end > total:
+        if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or end > total:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "batch length does not fit the record set")
         if header.record_count <= 0 or header.last_offset_delta != header.record_count - 1:
             raise KafkaError(ErrorCode.INVALID_RECORD, "record count and offset delta disagree")
-        if header.compression > 4:
+        if header.compression > CODEC_ZSTD:
             raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"codec {header.compression}")
         if header.is_control:
             raise KafkaError(ErrorCode.INVALID_RECORD, "producers may not send control batches")
         batch = view[pos:end]
-        if crc32c.crc32c(batch[_CRC_FROM:]) != header.crc:
+        if computed_crc(batch) != header.crc:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "batch CRC mismatch")
         yield header, batch
         pos = end
 
 
+def computed_crc(batch: bytes | bytearray | memoryview) -> int:
+    """The CRC-32C a batch's header should state: of its bytes from the attributes on."""
+    return int(crc32c.crc32c(memoryview(batch)[ATTRIBUTES_AT:]))
+
+
+def set_crc(batch: bytearray) -> None:
+    """Restate a batch's CRC after bytes it covers were changed."""
+    CRC.pack_into(batch, CRC_AT, computed_crc(batch))
+
+
+def with_producer(batch: bytes, *, producer_id: int, producer_epoch: int,
+                  base_sequence: int) -> bytes:
+    """A batch made ready for a Produce request from another producer: base offset 0, no
+    leader epoch, the given producer fields, CRC recomputed. Attributes, timestamps and the
+    records section stay as they were encoded."""
+    out = bytearray(batch)
+    BASE_OFFSET.pack_into(out, 0, 0)
+    INT32.pack_into(out, LEADER_EPOCH_AT, -1)
+    PRODUCER.pack_into(out, PRODUCER_AT, producer_id, producer_epoch, base_sequence)
+    set_crc(out)
+    return bytes(out)
+
+
 def with_base_offset(batch: bytes | memoryview, base_offset: int) -> bytes:
     """The batch with its base offset set (the CRC does not cover it)."""
-    return _BASE_OFFSET.pack(base_offset) + bytes(memoryview(batch)[8:])
+    return BASE_OFFSET.pack(base_offset) + bytes(memoryview(batch)[BASE_OFFSET.size:])
 
 
 def as_served(batch: bytes | memoryview, base_offset: int, leader_epoch: int) -> bytes:
@@ -125,11 +162,11 @@ def with_leader_epoch(record_set: bytes | memoryview, leader_epoch: int) -> byte
     CRC)."""
     out = bytearray(record_set)
     pos = 0
-    while len(out) - pos > _MAGIC_AT:
-        if out[pos + _MAGIC_AT] == 2:
-            _LEADER_EPOCH.pack_into(out, pos + _LEADER_EPOCH_AT, leader_epoch)
+    while len(out) - pos > MAGIC_AT:
+        if out[pos + MAGIC_AT] == 2:
+            INT32.pack_into(out, pos + LEADER_EPOCH_AT, leader_epoch)
         length = _PREFIX.unpack_from(out, pos)[1]
         if length <= 0:
             break
-        pos += length + _LOG_OVERHEAD
+        pos += length + LOG_OVERHEAD
     return bytes(out)

@@ -38,6 +38,11 @@ def encode_kiln_offset(offset: int) -> bytes:
     return _INT64.pack(offset)
 
 
+def kiln_offset_header(offset: int) -> tuple[str, bytes]:
+    """The `kiln.offset` header Kiln gives a record at this Kiln offset."""
+    return KILN_OFFSET_HEADER, _INT64.pack(offset)
+
+
 def decode_kiln_offset(value: bytes | None) -> int | None:
     """The Kiln offset in one `kiln.offset` header value; None unless it is 8 bytes holding
     a non-negative number."""

@@ -30,19 +30,27 @@ from aiokafka.errors import CorruptRecordException
 from aiokafka.record._crecords import DefaultRecordBatch
 
 from wire.batch import (
+    ATTRIBUTES,
+    ATTRIBUTES_AT,
+    CODEC_GZIP,
+    CODEC_LZ4,
+    CODEC_NONE,
+    CODEC_SNAPPY,
+    CODEC_ZSTD,
+    COMPRESSION_MASK,
     HEADER_SIZE,
     TIMESTAMP_TYPE_BIT,
     BatchHeader,
     split_batches,
 )
 from wire.errors import ErrorCode, KafkaError
+from wire.lineage import KILN_OFFSET_HEADER
 
 # Kafka's codes: INVALID_RECORD for records that are not what their batch header says (not
 # retriable: sending the same bytes again cannot help), INVALID_TIMESTAMP for timestamps.
 INVALID_RECORD = ErrorCode.INVALID_RECORD
 INVALID_TIMESTAMP = ErrorCode.INVALID_TIMESTAMP
 
-KILN_OFFSET_KEY = "kiln.offset"
 # A record header by which a producer asks for a reliability level (its value, the level's
 # name); the server layer reads the names (see produce.py).
 KILN_RELIABILITY_KEY = "kiln.reliability"
@@ -51,12 +59,10 @@ KILN_RELIABILITY_KEY = "kiln.reliability"
 DEFAULT_TIMESTAMP_AFTER_MAX_MS = 3_600_000
 DEFAULT_TIMESTAMP_BEFORE_MAX_MS: int | None = None
 
-_CODEC_GZIP, _CODEC_SNAPPY, _CODEC_LZ4, _CODEC_ZSTD = 1, 2, 3, 4
 _FIRST_GUESS = 256 * 1024
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = 16  # magic, version, compatible version
 _BLOCK_LENGTH = struct.Struct(">i")
-_ATTRIBUTES_LOW_BYTE = 22  # the codec bits live in the attributes' low byte
 # aiokafka reads varints with no bounds check (a hostile one runs up to 10 bytes past the
 # end): every buffer it walks ends in this much padding outside the view it is given.
 _PADDING = bytes(16)
@@ -104,7 +110,7 @@ def validate_produce_records(records: bytes | memoryview, *, now_ms: int,
         raise KafkaError(INVALID_RECORD, f"base offset {header.base_offset}, not 0")
     if header.producer_id >= 0 and header.base_sequence < 0:
         raise KafkaError(INVALID_RECORD, f"sequence {header.base_sequence} with a producer id")
-    if header.compression == _CODEC_ZSTD and api_version < _MIN_PRODUCE_VERSION_FOR_ZSTD:
+    if header.compression == CODEC_ZSTD and api_version < _MIN_PRODUCE_VERSION_FOR_ZSTD:
         raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
                          f"zstd needs Produce v{_MIN_PRODUCE_VERSION_FOR_ZSTD}+")
     flagged, levels = _check_records(header, view, now_ms, limits)
@@ -139,7 +145,7 @@ def _check_records(header: BatchHeader, batch: memoryview, now_ms: int,
             if any(headers):
                 for record_headers in filter(None, headers):
                     for key, value in record_headers:
-                        if key == KILN_OFFSET_KEY:
+                        if key == KILN_OFFSET_HEADER:
                             flagged = True
                         elif key == KILN_RELIABILITY_KEY:
                             levels.add(value or b"")
@@ -187,13 +193,13 @@ def _uncompressed_batch(header: BatchHeader, batch: memoryview, limit: int) -> m
     """The batch as aiokafka can walk it without decompressing: header with the codec bits
     cleared, records uncompressed, padding after the end of the view."""
     payload = batch[HEADER_SIZE:]
-    if header.compression == 0:
+    if header.compression == CODEC_NONE:
         buf = bytearray(batch)
     else:
         # Decompressed straight after a gap for the header: one copy of the records.
         buf = _decompress(header.compression, payload, limit, HEADER_SIZE)
         buf[:HEADER_SIZE] = batch[:HEADER_SIZE]
-        buf[_ATTRIBUTES_LOW_BYTE] &= 0xF8
+        ATTRIBUTES.pack_into(buf, ATTRIBUTES_AT, header.attributes & ~COMPRESSION_MASK)
     end = len(buf)
     buf += _PADDING
     return memoryview(buf)[:end]
@@ -208,13 +214,13 @@ def _decompress(codec: int, payload: memoryview, limit: int, gap: int) -> bytear
     """`gap` bytes of room, then the records of a compressed batch, never more than `limit`
     bytes of them."""
     try:
-        if codec == _CODEC_GZIP:
+        if codec == CODEC_GZIP:
             return _gunzip(payload, limit, gap)
-        if codec == _CODEC_SNAPPY:
+        if codec == CODEC_SNAPPY:
             return _unsnappy(payload, limit, gap)
-        if codec == _CODEC_LZ4:
+        if codec == CODEC_LZ4:
             return _into_growing_buffer(cramjam.lz4.decompress_into, payload, limit, gap)
-        if codec == _CODEC_ZSTD:
+        if codec == CODEC_ZSTD:
             return _into_growing_buffer(cramjam.zstd.decompress_into, payload, limit, gap)
     except (zlib.error, RuntimeError, ValueError, cramjam.DecompressionError) as exc:
         # Kafka fails these with an IOException (UNKNOWN_SERVER_ERROR, an accident of

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from proxy.context import KilnContext
-from proxy.handlers.group_errors import coordinator_errors
 from proxy.peer import CLIENT_HOST
+from storage.errors import coordinator_errors
 from storage.groups.assignors import Assignment
 from storage.groups.consumer_group import ConsumerGroup
 from storage.groups.consumer_model import ConsumerHeartbeat, HeartbeatResult, TopicMetadata

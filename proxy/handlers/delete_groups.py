@@ -12,7 +12,7 @@ after the delay), never dropped for a group that still exists.
 from __future__ import annotations
 
 from proxy.context import KilnContext
-from proxy.handlers.group_errors import coordinator_errors
+from storage.errors import coordinator_errors
 from wire.apis import CLIENT_APIS, ApiKey, Message, Request
 from wire.errors import ErrorCode, KafkaError
 
@@ -22,10 +22,7 @@ _RESULT = _RESP.DeletableGroupResult
 
 async def _delete(ctx: KilnContext, group_id: str) -> ErrorCode:
     with coordinator_errors():
-        code = await ctx.groups.delete_group(group_id)
-        if code is ErrorCode.NONE:
-            await ctx.delivery.group_deleted(group_id)
-    return code
+        return await ctx.groups.delete_group(group_id)
 
 
 async def handle(ctx: KilnContext, request: Request) -> Message:

@@ -11,10 +11,7 @@ done in Redis stays done, and asking again finishes the deletion in Kafka.
 from __future__ import annotations
 
 from proxy.context import KilnContext
-from proxy.tiered_reads import COLD_TIER_UNAVAILABLE, earliest_offset
-from storage.errors import HardenedStoreUnavailable
 from storage.model import TopicPartition
-from storage.record_deletion import delete_records
 from wire.apis import CLIENT_APIS, ApiKey, Message, Request
 from wire.errors import ErrorCode, KafkaError
 
@@ -29,11 +26,7 @@ async def _delete(ctx: KilnContext, tp: TopicPartition, offset: int) -> int:
     config = await ctx.catalog.lookup(tp.topic, allow_create=False)
     if config is None or not 0 <= tp.partition < config.partitions:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, tp.topic)
-    try:
-        await delete_records(ctx.queue, ctx.cold, ctx.waiters, ctx.catalog.starts, tp, offset)
-        return await earliest_offset(ctx, tp)
-    except HardenedStoreUnavailable as exc:
-        raise KafkaError(COLD_TIER_UNAVAILABLE, exc.message) from exc
+    return await ctx.log.delete_records(tp, offset)
 
 
 async def handle(ctx: KilnContext, request: Request) -> Message:

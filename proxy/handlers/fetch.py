@@ -1,4 +1,4 @@
-"""Fetch, with long-polling, over both tiers (proxy.tiered_reads).
+"""Fetch, with long-polling, over both tiers (storage.tiered_log).
 
 From the log queue, batches are returned whole, exactly as producers sent them, with only
 their base offset set to the Kiln offset and their leader epoch to Kiln's; below it, records
@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 
 from proxy.context import KilnContext
-from proxy.tiered_reads import PartitionRead, read_partition
 from storage.model import TopicPartition
+from storage.tiered_log import PartitionRead
 from wire.apis import CLIENT_APIS, ApiKey, Message, Request
 from wire.errors import ErrorCode
 
@@ -32,7 +32,7 @@ async def _read_partition(ctx: KilnContext, tp: TopicPartition, offset: int,
     config = await ctx.catalog.lookup(tp.topic, allow_create=False)
     if config is None or not 0 <= tp.partition < config.partitions:
         return PartitionRead(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-    return await read_partition(ctx, tp, offset, limit_bytes, at_least_one=at_least_one)
+    return await ctx.log.read(tp, offset, limit_bytes, at_least_one=at_least_one)
 
 
 async def _read_all(ctx: KilnContext, wanted: list[tuple[TopicPartition, int, int]],
@@ -75,7 +75,7 @@ async def handle(ctx: KilnContext, request: Request) -> Message:
         # Read on where the data is (past a gap below the hot tier, found once).
         wanted = [(tp, reads[tp].read_offset if reads[tp].read_offset >= 0 else offset, pm)
                   for tp, offset, pm in wanted]
-        await ctx.appends.wait(reads, min(remaining, _RECHECK_S))
+        await ctx.log.wait_for_appends(reads, min(remaining, _RECHECK_S))
     return _response(request, reads)
 
 

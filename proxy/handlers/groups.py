@@ -13,10 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from proxy.context import KilnContext
-from proxy.handlers.group_errors import coordinator_errors
 from proxy.peer import CLIENT_HOST
 from proxy.reply import Deferred
-from storage.errors import StorageError
+from storage.errors import StorageError, coordinator_errors
 from storage.groups.model import (
     GroupSummary,
     JoinRequest,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from proxy.context import KilnContext
-from storage.producer_ids import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, ProducerIds
+from storage.producer_ids import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from wire.apis import CLIENT_APIS, ApiKey, Message, Request
 from wire.errors import ErrorCode, KafkaError
 
@@ -18,7 +18,7 @@ async def handle(ctx: KilnContext, request: Request) -> Message:
     version = request.header.request_api_version
     producer_id = body.producer_id if version >= 3 else NO_PRODUCER_ID
     epoch = body.producer_epoch if version >= 3 else NO_PRODUCER_EPOCH
-    producer_id, epoch = await ProducerIds(ctx.queue.redis).init(producer_id, epoch)
+    producer_id, epoch = await ctx.producer_ids.init(producer_id, epoch)
     return _RESP[version](
         throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=epoch
     )

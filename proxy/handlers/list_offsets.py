@@ -22,16 +22,8 @@ from __future__ import annotations
 
 from proxy.context import KilnContext
 from proxy.handlers.offset_for_leader_epoch import check_current_leader_epoch
-from proxy.tiered_reads import (
-    COLD_TIER_UNAVAILABLE,
-    KILN_LEADER_EPOCH,
-    earliest_offset,
-    max_timestamp,
-    offset_for_timestamp,
-    start_if_unknown,
-)
-from storage.errors import HardenedStoreUnavailable
 from storage.model import TopicPartition
+from storage.tiered_log import KILN_LEADER_EPOCH
 from wire.apis import CLIENT_APIS, ApiKey, Message, Request
 from wire.errors import ErrorCode, KafkaError
 
@@ -62,18 +54,14 @@ async def _offset(ctx: KilnContext, tp: TopicPartition, timestamp: int, version:
                          f"timestamp {timestamp} in ListOffsets v{version}")
     if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
         return _NOT_FOUND
-    try:
-        await start_if_unknown(ctx, tp)
-        if timestamp == LATEST:
-            return (await ctx.queue.state(tp)).next_offset, -1
-        if timestamp in (EARLIEST, EARLIEST_LOCAL):
-            return await earliest_offset(ctx, tp), -1
-        if timestamp == MAX_TIMESTAMP:
-            found = await max_timestamp(ctx, tp)
-        else:
-            found = await offset_for_timestamp(ctx, tp, timestamp)
-    except HardenedStoreUnavailable as exc:
-        raise KafkaError(COLD_TIER_UNAVAILABLE, exc.message) from exc
+    if timestamp == LATEST:
+        return await ctx.log.next_offset(tp), -1
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return await ctx.log.log_start(tp), -1
+    if timestamp == MAX_TIMESTAMP:
+        found = await ctx.log.max_timestamp(tp)
+    else:
+        found = await ctx.log.offset_for_timestamp(tp, timestamp)
     return found if found is not None else _NOT_FOUND
 
 

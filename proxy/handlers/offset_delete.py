@@ -12,7 +12,7 @@ until it commits again (storage.delivery.Delivery.offsets_deleted).
 from __future__ import annotations
 
 from proxy.context import KilnContext
-from proxy.handlers.group_errors import coordinator_errors
+from storage.errors import coordinator_errors
 from storage.model import TopicPartition
 from wire.apis import CLIENT_APIS, ApiKey, Message, Request
 from wire.errors import ErrorCode
@@ -38,8 +38,6 @@ async def handle(ctx: KilnContext, request: Request) -> Message:
         deletion = await ctx.groups.delete_offsets(body.group_id, known)
         if deletion.error_code is not ErrorCode.NONE:
             return _body(request, deletion.error_code, {})
-        if deletion.deleted:
-            await ctx.delivery.offsets_deleted(body.group_id, deletion.deleted)
     for tp in known:
         subscribed = tp.topic in deletion.subscribed_topics
         codes[tp] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if subscribed else ErrorCode.NONE

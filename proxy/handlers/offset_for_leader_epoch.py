@@ -17,14 +17,8 @@ consumer that read the lost records sees no truncation then (docs: reliability, 
 from __future__ import annotations
 
 from proxy.context import KilnContext
-from proxy.tiered_reads import (
-    COLD_TIER_UNAVAILABLE,
-    KILN_LEADER_EPOCH,
-    earliest_offset,
-    start_if_unknown,
-)
-from storage.errors import HardenedStoreUnavailable
 from storage.model import TopicPartition
+from storage.tiered_log import KILN_LEADER_EPOCH
 from wire.apis import CLIENT_APIS, ApiKey, Message, Request
 from wire.errors import ErrorCode, KafkaError
 
@@ -54,17 +48,13 @@ async def _end_of_epoch(ctx: KilnContext, tp: TopicPartition, current: int,
     check_current_leader_epoch(current)
     if epoch == _NO_EPOCH or epoch > KILN_LEADER_EPOCH:
         return _NO_EPOCH, _NO_OFFSET
-    try:
-        # After Redis lost the partition, its end is where Kafka's records end: that is
-        # what a consumer detecting truncation must be told.
-        await start_if_unknown(ctx, tp)
-        if epoch == KILN_LEADER_EPOCH:
-            return epoch, (await ctx.queue.state(tp)).next_offset
-        # Below every epoch Kiln had: Kafka answers the start of its first epoch, which
-        # moves up with the log start.
-        return epoch, await earliest_offset(ctx, tp)
-    except HardenedStoreUnavailable as exc:
-        raise KafkaError(COLD_TIER_UNAVAILABLE, exc.message) from exc
+    # After Redis lost the partition, its end is where Kafka's records end: that is what a
+    # consumer detecting truncation must be told.
+    if epoch == KILN_LEADER_EPOCH:
+        return epoch, await ctx.log.next_offset(tp)
+    # Below every epoch Kiln had: Kafka answers the start of its first epoch, which moves up
+    # with the log start.
+    return epoch, await ctx.log.log_start(tp)
 
 
 async def handle(ctx: KilnContext, request: Request) -> Message:

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.context import KilnContext
-from proxy.handlers.group_errors import coordinator_errors, offset_fetch_errors
-from storage.groups.model import CommittedOffset, StoredCommit
+from storage.errors import coordinator_errors, offset_fetch_errors
+from storage.groups.model import CommittedOffset
 from storage.model import TopicPartition
 from wire.apis import CLIENT_APIS, ApiKey, Message, Request
 from wire.errors import ErrorCode, KafkaError
@@ -59,14 +59,9 @@ async def commit(ctx: KilnContext, request: Request) -> Message:
                 wanted[tp] = CommittedOffset(part.committed_offset, part.committed_metadata,
                                              epoch)
         if wanted:
-            async def deliver(stored: StoredCommit) -> None:
-                await ctx.delivery.committed(stored.group_id, stored.offsets,
-                                             by_member=stored.by_member)
-
             codes.update(await ctx.groups.commit_offsets(
                 body.group_id, body.generation_id_or_member_epoch, body.member_id,
-                body.group_instance_id if version >= 7 else None, wanted, on_stored=deliver,
-                version=version))
+                body.group_instance_id if version >= 7 else None, wanted, version=version))
     return _commit_body(request, codes)
 
 

@@ -43,13 +43,12 @@ def _fail(exc: KafkaError) -> _Outcome:
 
 
 async def _plan(ctx: KilnContext, request: Request, outcomes: dict[TopicPartition, _Outcome]
-                ) -> tuple[list[AppendRequest], list[AckPoint], int]:
-    """Validate every partition's records; return what to append, each one's ack point and
-    the bytes to be appended. Failures are written into `outcomes`."""
+                ) -> tuple[list[AppendRequest], list[AckPoint]]:
+    """Validate every partition's records; return what to append and each one's ack point.
+    Failures are written into `outcomes`."""
     body = request.body
     appends: list[AppendRequest] = []
     points: list[AckPoint] = []
-    total = 0
     now = ctx.clock_ms()
     limits = RecordLimits(max_uncompressed_bytes=ctx.settings.max_frame_bytes)
     version = request.header.request_api_version
@@ -101,8 +100,7 @@ async def _plan(ctx: KilnContext, request: Request, outcomes: dict[TopicPartitio
                 data, header.record_count, header.producer_id, header.producer_epoch,
                 header.base_sequence, carries_kiln_header=batch.carries_kiln_header)]))
             points.append(ack_point(level))
-            total += len(part.records)
-    return appends, points, total
+    return appends, points
 
 
 def _header_level(batch: ValidatedBatch) -> Reliability | None:
@@ -123,11 +121,9 @@ async def handle(ctx: KilnContext, request: Request) -> Message | Deferred | Non
     if body.transactional_id is not None:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Kiln does not offer transactions")
     outcomes: dict[TopicPartition, _Outcome] = {}
-    appends, points, total_bytes = await _plan(ctx, request, outcomes)
-    throttle_ms = ctx.budget.admit(total_bytes) if appends else 0
-    now = ctx.clock_ms()
-    results = await ctx.appender.append(appends, now)
+    appends, points = await _plan(ctx, request, outcomes)
     sender = (request.header.client_id, CLIENT_HOST.get())
+    results, throttle_ms = await ctx.log.append(appends, sender, ctx.clock_ms())
     for append, point, result in zip(appends, points, results, strict=True):
         outcome = outcomes[append.tp]
         outcome.error_code = result.error_code
@@ -135,17 +131,9 @@ async def handle(ctx: KilnContext, request: Request) -> Message | Deferred | Non
             outcome.message = result.error_code.name
             continue
         outcome.base_offset = result.base_offset
-        count = append.record_count
         if point is AckPoint.ON_HARDENED_OR_DELIVERED:
-            outcome.wait_for = (result.incarnation, result.base_offset + count - 1)
-        if result.duplicate:
-            continue  # a retry answered with its original offset: nothing new arrived
-        size = append.size
-        ctx.appends.appended(append.tp)
-        ctx.metrics.appended(append.tp.topic, append.reliability, count, size)
-        ctx.delay.appended(append.tp, sender, count, size, result.base_offset + count, now)
-        ctx.counters.records_in += count
-        ctx.counters.bytes_in += size
+            outcome.wait_for = (result.incarnation,
+                                result.base_offset + append.record_count - 1)
     if body.acks == 0:
         return None
     if any(o.wait_for is not None for o in outcomes.values()):
@@ -177,7 +165,7 @@ async def _wait_for_guarantees(ctx: KilnContext, outcomes: dict[TopicPartition, 
     if not waiting:
         return
     timeout_s = max(timeout_ms, 1) / 1000
-    done = await asyncio.gather(*(ctx.waiters.wait(tp, incarnation, last, timeout_s)
+    done = await asyncio.gather(*(ctx.log.wait_settled(tp, incarnation, last, timeout_s)
                                   for tp, _, (incarnation, last) in waiting))
     for (tp, outcome, _), settled in zip(waiting, done, strict=True):
         if settled is not AckOutcome.SETTLED:

@@ -33,7 +33,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -60,7 +60,6 @@ from storage.groups.model import (
     MemberIdentity,
     MembershipSettings,
     Reply,
-    StoredCommit,
     SyncRequest,
     SyncResult,
     dead_summary,
@@ -82,6 +81,20 @@ log = logging.getLogger(__name__)
 
 def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
+
+
+class OffsetListener(Protocol):
+    """Told of every change to a group's committed offsets while the group is still locked,
+    so the consequences (storage.delivery) happen in the order the changes were stored."""
+
+    async def committed(self, group: str, offsets: Mapping[TopicPartition, int], *,
+                        by_member: bool) -> None:
+        """Offsets stored (the next offset to read, per partition); `by_member`: by a
+        member of the group's current generation, not a standalone commit."""
+
+    async def offsets_deleted(self, group: str, tps: Sequence[TopicPartition]) -> None: ...
+
+    async def group_deleted(self, group: str) -> object: ...
 
 
 class TopicDirectory(Protocol):
@@ -152,8 +165,10 @@ class GroupCoordinator:
                  clock_ms: Callable[[], int] = monotonic_ms,
                  unique_suffix: Callable[[], str] = lambda: str(uuid.uuid4()),
                  cache: GroupCacheSettings | None = None,
-                 consumer_settings: ConsumerGroupSettings | None = None) -> None:
+                 consumer_settings: ConsumerGroupSettings | None = None,
+                 offsets_listener: OffsetListener | None = None) -> None:
         self._store = store
+        self._offsets_listener = offsets_listener
         self.settings = settings
         self.consumer_settings = consumer_settings or ConsumerGroupSettings()
         self._clock_ms = clock_ms
@@ -325,12 +340,9 @@ class GroupCoordinator:
     async def commit_offsets(self, group_id: str, generation_id: int, member_id: str,
                              group_instance_id: str | None,
                              offsets: Mapping[TopicPartition, CommittedOffset],
-                             on_stored: Callable[[StoredCommit], Awaitable[None]] | None = None,
                              version: int = 8) -> dict[TopicPartition, ErrorCode]:
-        """Validate the committer as Kafka does, then store what passed (before answering).
-        `on_stored` is told what was stored while the group is still locked, so the
-        consequences of one group's commits (delivery) happen in the order they were
-        stored."""
+        """Validate the committer as Kafka does, then store what passed (before answering)
+        and tell the offsets listener."""
         async with self._locks.hold(group_id):
             # A group unknown to Kafka is created by a commit that does not use group
             # management (generation < 0); otherwise it is a commit from an old generation.
@@ -370,11 +382,11 @@ class GroupCoordinator:
                 log.info("group %s changed in Redis since it was loaded; reloading", group_id)
                 self._abandon(loaded)
                 raise
-            if accepted and on_stored is not None:
-                await on_stored(StoredCommit(
+            if accepted and self._offsets_listener is not None:
+                await self._offsets_listener.committed(
                     group_id, {tp: c.offset for tp, c in accepted.items()},
                     by_member=not is_standalone_commit(generation_id, member_id,
-                                                       group_instance_id)))
+                                                       group_instance_id))
             return codes
 
     async def fetch_offsets(self, group_id: str, tps: Sequence[TopicPartition] | None
@@ -418,6 +430,8 @@ class GroupCoordinator:
                 if loaded is not None:
                     self._abandon(loaded)
             log.info("group %s deleted", group_id)
+            if self._offsets_listener is not None:
+                await self._offsets_listener.group_deleted(group_id)
             return ErrorCode.NONE
 
     async def delete_offsets(self, group_id: str, tps: Sequence[TopicPartition]
@@ -453,6 +467,8 @@ class GroupCoordinator:
                 if loaded is not None:
                     self._abandon(loaded)
                 raise
+            if deleted and self._offsets_listener is not None:
+                await self._offsets_listener.offsets_deleted(group_id, deleted)
             return OffsetDeletion(ErrorCode.NONE, subscribed, tuple(deleted))
 
     # --- loading, persisting, answering, timers ------------------------------------------

@@ -9,7 +9,6 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from storage.model import TopicPartition
 from wire.errors import ErrorCode
 
 # The member id of a member that has none yet (Kafka's JoinGroupRequest.UNKNOWN_MEMBER_ID).
@@ -139,14 +138,3 @@ class CommittedOffset:
     metadata: str | None = ""
     leader_epoch: int = -1
     commit_timestamp_ms: int = -1
-
-
-@dataclass(frozen=True, slots=True)
-class StoredCommit:
-    """Offsets a group's OffsetCommit stored (the next offset to read, per partition)."""
-
-    group_id: str
-    offsets: Mapping[TopicPartition, int]
-    # Made by a member of the group's current generation; False for a standalone commit
-    # (generation -1, no member id), which anyone can send while the group is Empty.
-    by_member: bool

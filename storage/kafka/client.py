@@ -4,10 +4,9 @@ Only what hardening needs, built on pipelined BrokerConnections (one per broker)
 to the partition leader (or the transaction coordinator, or the controller); answers that
 say the metadata is stale drop the cached leader so the next call looks it up again.
 
-Error codes become the storage layer's errors here: PRODUCER_FENCED and
-INVALID_PRODUCER_EPOCH raise Fenced, retriable codes HardenedStoreUnavailable, anything else
-HardenedStoreRejected. Produce is never retried here: a retry of one request while later ones
-are in flight would break sequence order, so the caller recovers and rewrites instead.
+Error codes in answers become the storage layer's errors (storage.errors). Produce is
+never retried here: a retry of one request while later ones are in flight would break
+sequence order, so the caller recovers and rewrites instead.
 """
 
 from __future__ import annotations
@@ -15,11 +14,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import kafka.errors
 from kafka.protocol.admin import (
     AlterConfigsRequest,
     CreatePartitionsRequest,
@@ -39,11 +37,11 @@ from kafka.protocol.producer import (
 )
 
 from storage.errors import (
-    Fenced,
     HardenedStoreRejected,
     HardenedStoreUnavailable,
     HardenedTopicMissing,
-    StorageError,
+    error_for,
+    stale_metadata,
 )
 from storage.kafka.connection import BrokerConnection
 from wire.apis import ApiKey, Message
@@ -61,7 +59,6 @@ _COORDINATOR_BACKOFF_S = 0.1
 _COORDINATOR_MAX_BACKOFF_S = 0.5  # 10 attempts: about 4 s, a new cluster's transaction log
 _LEADER_POLL_S = 0.05
 _READ_ATTEMPTS = 2
-_FENCED_CODES = frozenset({ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH})
 _ZERO_UUID = uuid.UUID(int=0)
 _BROKER_RESOURCE = 4  # DescribeConfigs resource type of a broker
 
@@ -181,21 +178,6 @@ class ProduceResult(NamedTuple):
     error_code: int
 
 
-def error_for(code: int, context: str) -> StorageError:
-    """The storage error for a Kafka error code in an answer."""
-    known: Any = kafka.errors.for_code(code)
-    what = f"{context}: {known.message} ({code})"
-    if code in _FENCED_CODES:
-        return Fenced(what)
-    if known.retriable:
-        return HardenedStoreUnavailable(what)
-    return HardenedStoreRejected(ErrorCode.of(code), what)
-
-
-def _stale_metadata(code: int) -> bool:
-    return bool(kafka.errors.for_code(code).invalid_metadata)
-
-
 def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
     """"host:port[,host:port...]" (IPv6 hosts in brackets) as (host, port) pairs."""
     out: list[tuple[str, int]] = []
@@ -204,7 +186,7 @@ def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
         if not item:
             continue
         host, sep, port = item.rpartition(":")
-        if not sep or not host or not port.isdigit():
+        if not sep or not host or not port.isdigit() or int(port) > 65535:
             raise ValueError(f"bootstrap server {item!r} is not host:port")
         out.append((host.strip("[]"), int(port)))
     if not out:
@@ -259,12 +241,11 @@ class PartitionSender:
             return ProduceResult(-1, ErrorCode.NONE)
         part = response.responses[0].partition_responses[0]
         code = int(part.error_code)
-        if code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
-            return ProduceResult(int(part.base_offset), code)
-        if _stale_metadata(code):
-            self._client.forget_leader(self.topic, self.partition)
-        detail = f" ({part.error_message})" if part.error_message else ""
-        raise error_for(code, f"produce to {self.topic}[{self.partition}]{detail}")
+        if code not in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
+            detail = f" ({part.error_message})" if part.error_message else ""
+            self._client._raise_for(code, self.topic, self.partition,
+                                    f"produce to {self.topic}[{self.partition}]{detail}")
+        return ProduceResult(int(part.base_offset), code)
 
 
 class KafkaClient:
@@ -540,35 +521,30 @@ class KafkaClient:
 
     async def _await_leaders(self, topic: str, timeout_s: float, partitions: int = -1) -> None:
         """Until every partition (at least `partitions` of them) has a leader."""
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while True:
-            info = (await self.metadata([topic])).topics.get(topic)
-            if info is not None and info.error_code == ErrorCode.NONE and info.partitions \
-                    and info.partition_count >= partitions \
-                    and all(p.leader_id >= 0 and p.error_code == ErrorCode.NONE
-                            for p in info.partitions):
-                return
-            if asyncio.get_running_loop().time() >= deadline:
-                log.warning("topic %s: not every partition has a leader after %.0f s",
-                            topic, timeout_s)
-                return
-            await asyncio.sleep(_LEADER_POLL_S)
+        await self._await_topic(topic, timeout_s, "a leader for every partition", lambda info: (
+            info is not None and info.error_code == ErrorCode.NONE
+            and info.partition_count >= max(partitions, 1)
+            and all(p.leader_id >= 0 and p.error_code == ErrorCode.NONE
+                    for p in info.partitions)))
 
     async def _await_gone(self, topic: str, timeout_s: float) -> None:
-        """Until the broker's metadata no longer lists `topic` (it follows the controller a
-        moment behind); its cached leaders are forgotten."""
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while True:
-            info = (await self.metadata([topic])).topics.get(topic)
-            if info is None or info.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-                break
-            if asyncio.get_running_loop().time() >= deadline:
-                log.warning("topic %s: still listed %.0f s after it was deleted", topic,
-                            timeout_s)
-                break
-            await asyncio.sleep(_LEADER_POLL_S)
+        """Until the broker's metadata no longer lists `topic`; its cached leaders are
+        forgotten."""
+        await self._await_topic(topic, timeout_s, "the deleted topic to go", lambda info: (
+            info is None or info.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
         for key in [key for key in self._leaders if key[0] == topic]:
             del self._leaders[key]
+
+    async def _await_topic(self, topic: str, timeout_s: float, what: str,
+                           done: Callable[[TopicInfo | None], bool]) -> None:
+        """Until `done` holds for the broker's metadata of `topic` (it follows the controller
+        a moment behind), or `timeout_s` has passed."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while not done((await self.metadata([topic])).topics.get(topic)):
+            if asyncio.get_running_loop().time() >= deadline:
+                log.warning("topic %s: waited %.0f s in vain for %s", topic, timeout_s, what)
+                return
+            await asyncio.sleep(_LEADER_POLL_S)
 
     # --- producer ids ------------------------------------------------------------------------
 
@@ -702,10 +678,8 @@ class KafkaClient:
             raise error_for(top_code, f"fetch {topic}[{partition}]")
         part = response.responses[0].partitions[0]
         code = int(part.error_code)
-        if code not in (ErrorCode.NONE, ErrorCode.OFFSET_OUT_OF_RANGE):
-            if _stale_metadata(code):
-                self.forget_leader(topic, partition)
-            raise error_for(code, f"fetch {topic}[{partition}] at {offset}")
+        if code != ErrorCode.OFFSET_OUT_OF_RANGE:
+            self._raise_for(code, topic, partition, f"fetch {topic}[{partition}] at {offset}")
         return FetchResult(code, int(part.high_watermark), int(part.last_stable_offset),
                            int(part.log_start_offset), bytes(part.records or b""))
 
@@ -713,7 +687,7 @@ class KafkaClient:
         """ListOffsets for one partition (EARLIEST, LATEST or a timestamp). tansu 0.6 answers
         LATEST wrongly; use high_watermark() for the end of a partition."""
         part = await self._list_offsets(topic, partition, timestamp)
-        self._raise_for(part.error_code, topic, partition, "list offsets of")
+        self._raise_for(part.error_code, topic, partition, f"list offsets of {topic}[{partition}]")
         return int(part.offset)
 
     async def _list_offsets(self, topic: str, partition: int, timestamp: int) -> Message:
@@ -731,14 +705,14 @@ class KafkaClient:
         response = await self._leader_request(topic, partition, ApiKey.LIST_OFFSETS, request)
         return response.topics[0].partitions[0]
 
-    def _raise_for(self, code: int, topic: str, partition: int, what: str) -> None:
+    def _raise_for(self, code: int, topic: str, partition: int, context: str) -> None:
         """A partition-level error of a leader's answer as a storage error (forgetting the
         leader where the error says it moved)."""
         if code == ErrorCode.NONE:
             return
-        if _stale_metadata(code):
+        if stale_metadata(code):
             self.forget_leader(topic, partition)
-        raise error_for(code, f"{what} {topic}[{partition}]")
+        raise error_for(code, context)
 
     async def high_watermark(self, topic: str, partition: int) -> int:
         """The partition's high watermark, as a Fetch answer reports it.
@@ -764,7 +738,7 @@ class KafkaClient:
             raise HardenedStoreRejected(ErrorCode.UNSUPPORTED_VERSION,
                                         f"{topic}[{partition}]: no ListOffsets v7")
         part = await self._list_offsets(topic, partition, MAX_TIMESTAMP)
-        self._raise_for(part.error_code, topic, partition, "max timestamp of")
+        self._raise_for(part.error_code, topic, partition, f"max timestamp of {topic}[{partition}]")
         return int(part.offset), int(part.timestamp)
 
     async def delete_records(self, topic: str, partition: int, offset: int,
@@ -781,7 +755,8 @@ class KafkaClient:
         )
         response = await self._leader_request(topic, partition, ApiKey.DELETE_RECORDS, request)
         part = response.topics[0].partitions[0]
-        self._raise_for(part.error_code, topic, partition, f"delete records below {offset} of")
+        self._raise_for(part.error_code, topic, partition,
+                        f"delete records below {offset} of {topic}[{partition}]")
         return int(part.low_watermark)
 
     # --- routing -----------------------------------------------------------------------------

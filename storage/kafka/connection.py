@@ -17,11 +17,10 @@ import contextlib
 import logging
 import struct
 from dataclasses import dataclass
-from typing import Any
 
 from kafka.protocol.metadata import ApiVersionsRequest
 
-from storage.errors import HardenedStoreRejected, HardenedStoreUnavailable
+from storage.errors import HardenedStoreRejected, HardenedStoreUnavailable, error_for
 from wire.apis import (
     UPSTREAM_APIS,
     ApiKey,
@@ -171,7 +170,6 @@ class BrokerConnection:
     async def _negotiate_versions(self) -> None:
         spec = UPSTREAM_APIS[ApiKey.API_VERSIONS]
         body = ApiVersionsRequest(client_software_name="kiln", client_software_version="0.1")
-        response: Any = None
         try:
             response = await self.request(ApiKey.API_VERSIONS, body,
                                           min(_API_VERSIONS_FIRST_TRY, spec.max_version))
@@ -180,10 +178,7 @@ class BrokerConnection:
         if response is None or response.error_code == ErrorCode.UNSUPPORTED_VERSION:
             response = await self.request(ApiKey.API_VERSIONS, ApiVersionsRequest(), 0)
         if response.error_code != 0:
-            raise HardenedStoreRejected(
-                ErrorCode.of(response.error_code),
-                f"ApiVersions to {self.host}:{self.port} failed with {response.error_code}",
-            )
+            raise error_for(response.error_code, f"ApiVersions to {self.host}:{self.port}")
         for api in response.api_keys:
             ours = UPSTREAM_APIS.get(api.api_key)
             if ours is None:

@@ -2,10 +2,10 @@
 process), the instruments the request path records into, and the collectors that read the
 rest when scraped.
 
-The request path pays two lock-free histogram observations per request and two counter
-increments per partition appended (record counts come from batch headers), well under a
-microsecond each (storage.observability.instruments); the log queue is read from Redis at
-scrape time only, at most once per snapshot period.
+The request path pays a counter increment and up to two histogram observations per request
+and two counter increments per partition appended (record counts come from batch headers),
+all lock-free and well under a microsecond each (storage.observability.instruments); the
+log queue is read from Redis at scrape time only, at most once per snapshot period.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.process_collector import ProcessCollector
-from prometheus_client.registry import Collector
 
 from storage.errors import (
     BufferUnavailable,
@@ -64,8 +63,14 @@ class KilnMetrics:
         self._request_latency = HistogramFamily(
             "kiln_request_latency_seconds", "Client requests, from decoded to answered, by "
             "API", ["api"], _REQUEST_BUCKETS)
+        self._requests = CounterFamily("kiln_requests", "Client requests by API", ["api"])
         self._connections = CounterFamily("kiln_connections_accepted",
                                           "Kafka client connections accepted")
+        self._connections_open = Gauge("kiln_connections_open", "Kafka client connections open",
+                                       registry=self.registry)
+        self._malformed_frames = CounterFamily(
+            "kiln_malformed_frames", "Connections closed for a frame Kiln could not take")
+        self._malformed_frames.inc(0)  # exposed, as 0, before the first one
         self._harden_latency = HistogramFamily(
             "kiln_harden_latency_seconds", "From append to written to Kafka, one observation "
             "per client record batch", ["topic"], _HARDEN_BUCKETS)
@@ -80,8 +85,9 @@ class KilnMetrics:
             "kiln_event_loop_lag_seconds", "How late the event loop last ran a timer",
             registry=self.registry)
         for family in (self._records_in, self._bytes_in, self._produce_latency,
-                       self._request_latency, self._connections, self._harden_latency,
-                       self._redis_errors, self._kafka_errors):
+                       self._request_latency, self._requests, self._connections,
+                       self._malformed_frames, self._harden_latency, self._redis_errors,
+                       self._kafka_errors):
             self.registry.register(family)
         self._buffer: BufferSnapshot | None = None
         self._delays = DelayCollector(_no_delays)
@@ -94,8 +100,19 @@ class KilnMetrics:
         self._records_in.values[key] += records
         self._bytes_in.values[key] += size
 
-    def connection_accepted(self) -> None:
+    def connection_opened(self) -> None:
         self._connections.inc()
+        self._connections_open.inc()
+
+    def connection_closed(self) -> None:
+        self._connections_open.dec()
+
+    def malformed_frame(self) -> None:
+        """A connection is closed for a frame Kiln could not take."""
+        self._malformed_frames.inc()
+
+    def requested(self, api: str) -> None:
+        self._requests.inc(1, (api,))
 
     def answered(self, api: str, seconds: float) -> None:
         self._request_latency.child(api).observe(seconds)
@@ -118,16 +135,17 @@ class KilnMetrics:
 
     # --- read at scrape time -----------------------------------------------------------------
 
-    def register(self, collector: Collector) -> None:
-        self.registry.register(collector)
+    def value(self, name: str, **labels: str) -> float:
+        """One sample's current value as scraped (0 while it has none), for tests and tools."""
+        return self.registry.get_sample_value(name, labels) or 0.0
 
     def watch_hardener(self, counters: HardenerCounters) -> None:
-        self.register(HardenerCollector(counters))
+        self.registry.register(HardenerCollector(counters))
         counters.on_written = self.hardened
 
     def watch_buffer(self, snapshot: BufferSnapshot) -> None:
         self._buffer = snapshot
-        self.register(BufferCollector(snapshot))
+        self.registry.register(BufferCollector(snapshot))
 
     def set_delay_source(self, source: DelaySource) -> None:
         """`source()` gives each topic's current delay (ms) and its binding constraint;

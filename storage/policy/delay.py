@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from storage.model import StoredBatch
 
@@ -44,10 +44,6 @@ class DelayDecision:
     def due_before(self, now_ms: int) -> int:
         """Records appended at or before this instant have waited out the delay."""
         return now_ms - self.delay_ms
-
-
-class DelayPolicy(Protocol):
-    def decide(self, inputs: DelayInputs, now_ms: int) -> DelayDecision: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,6 @@ for acks=0, where the client is told nothing).
 from __future__ import annotations
 
 import asyncio
-import struct
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -28,6 +27,7 @@ from kafka.admin import NewTopic as KafkaPythonNewTopic
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from tests.raw_client import RawClient
+from wire.batch import HEADER_SIZE, read_header
 from wire.lineage import split_lineage
 
 BASE_TIMESTAMP_MS = 1_700_000_000_000
@@ -305,11 +305,10 @@ def hardened_codecs(kafka_bootstrap: str, topic: str, partition: int) -> list[in
     data = bytes(answer.records or b"")
     codecs = []
     position = 0
-    while position + 61 <= len(data):  # whole v2 batch headers
-        (length,) = struct.unpack_from(">i", data, position + 8)
-        (attributes,) = struct.unpack_from(">h", data, position + 21)
-        codecs.append(attributes & 0x07)
-        position += 12 + length
+    while position + HEADER_SIZE <= len(data):  # whole v2 batch headers
+        header = read_header(data, position)
+        codecs.append(header.compression)
+        position += header.size
     return codecs
 
 

@@ -60,9 +60,9 @@ def kiln_answering_all(module_kiln: RunningKiln,
     kiln_malformed_frames counter: malformed, unsupported, oversized or unfinished frames)
     and answered none with UNKNOWN_SERVER_ERROR for an unexpected failure (which dispatch
     logs at ERROR). The client matrix's target is 0 of each."""
-    closed_before = module_kiln.app.context.counters.malformed_frames
+    closed_before = module_kiln.app.metrics.value("kiln_malformed_frames_total")
     yield module_kiln
-    closed = module_kiln.app.context.counters.malformed_frames - closed_before
+    closed = module_kiln.app.metrics.value("kiln_malformed_frames_total") - closed_before
     kiln_logged = [f"{r.levelname} {r.name}: {r.getMessage()}" for r in caplog.get_records("call")
                    if r.name.startswith("proxy.")
                    and r.levelname in ("WARNING", "ERROR", "CRITICAL")]

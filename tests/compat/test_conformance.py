@@ -163,7 +163,8 @@ def conformance_kiln(redis_url: str, kafka_bootstrap: str) -> Iterator[RunningKi
 def sides(conformance_kiln: RunningKiln, kafka_bootstrap: str) -> Iterator[Sides]:
     """One connection to Kiln and one to Kafka for the whole module."""
     both = Sides(Wire("Kiln", conformance_kiln.bootstrap), Wire("Kafka", kafka_bootstrap),
-                 conformance_kiln, conformance_kiln.app.context.counters.malformed_frames)
+                 conformance_kiln,
+                 conformance_kiln.app.metrics.value("kiln_malformed_frames_total"))
     await_coordinators(both.kafka)
     yield both
     both.kiln.close()
@@ -316,7 +317,7 @@ def test_no_connection_was_closed_but_where_known(sides: Sides) -> None:
                   if _closed_case_id(what) not in expected]
     assert unexpected == [], f"Kiln closed the connection on {unexpected}"
     # What Kiln counted itself: no connection closed that the client side did not see.
-    closed = sides.server.app.context.counters.malformed_frames - sides.closed_before
+    closed = sides.server.app.metrics.value("kiln_malformed_frames_total") - sides.closed_before
     assert closed == len(sides.kiln.closed_on), (closed, sides.kiln.closed_on)
 
 

@@ -196,7 +196,8 @@ def test_a_member_carries_on_across_a_kiln_restart_without_rejoining(
             produce(after.bootstrap, unique_topic, 40, 40)
             reader.until([consumer], 80)
             group_after = after.call(after.app.groups.describe_consumer_group(group))
-            heartbeats = after.app.context.counters.requests_by_api["CONSUMER_GROUP_HEARTBEAT"]
+            heartbeats = after.app.metrics.value("kiln_requests_total",
+                                                 api="ConsumerGroupHeartbeat")
         finally:
             consumer.close()
     finally:

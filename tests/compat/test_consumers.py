@@ -355,7 +355,7 @@ def test_a_live_member_carries_on_across_a_kiln_restart_without_rejoining(
             second = read_until(consumer, 10)
             committed = consumer.commit()
             summary = after.call(after.app.groups.describe(group))
-            joins = after.app.context.counters.requests_by_api["JOIN_GROUP"]
+            joins = after.app.metrics.value("kiln_requests_total", api="JoinGroup")
         finally:
             consumer.close()
     finally:

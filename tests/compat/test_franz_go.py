@@ -103,11 +103,11 @@ pytestmark = pytest.mark.usefixtures("franz_go_binary")
 def no_connection_closed_by_kiln(module_kiln: RunningKiln,
                                  caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     """Kiln answers a request it cannot take (malformed, an API or version it does not
-    serve) by closing the connection, counting it in `malformed_frames` and logging
+    serve) by closing the connection, counting it in `kiln_malformed_frames_total` and logging
     "closing ..." at WARNING; an unexpected failure in a handler is logged at ERROR."""
-    before = module_kiln.app.context.counters.malformed_frames
+    before = module_kiln.app.metrics.value("kiln_malformed_frames_total")
     yield
-    closed = module_kiln.app.context.counters.malformed_frames - before
+    closed = module_kiln.app.metrics.value("kiln_malformed_frames_total") - before
     complaints = [f"{r.name}: {r.getMessage()}" for r in caplog.get_records("call")
                   if r.name.startswith("proxy.") and r.levelno >= logging.WARNING]
     assert closed == 0 and not complaints, (

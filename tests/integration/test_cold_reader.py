@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,7 +13,7 @@ from aiokafka.record._crecords import DefaultRecordBatchBuilder
 from storage.kafka.client import KafkaClient
 from storage.model import TopicPartition
 from storage.read_through import ColdReader
-from wire.lineage import KILN_OFFSET_HEADER
+from wire.lineage import kiln_offset_header
 from wire.records import decode_records
 
 BASE_TS = 1_700_000_000_000
@@ -24,7 +23,7 @@ def kiln_batch(kiln_offsets: Sequence[int | None], timestamps: Sequence[int]) ->
     """A batch as the hardener writes it; None: a record without a Kiln offset."""
     builder: Any = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 30)
     for i, (kiln, ts) in enumerate(zip(kiln_offsets, timestamps, strict=True)):
-        headers = [] if kiln is None else [(KILN_OFFSET_HEADER, struct.pack(">q", kiln))]
+        headers = [] if kiln is None else [kiln_offset_header(kiln)]
         builder.append(i, ts, None, b"kiln-%d" % (-1 if kiln is None else kiln), headers)
     return bytes(builder.build())
 

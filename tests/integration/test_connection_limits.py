@@ -72,7 +72,7 @@ def test_a_client_that_never_reads_its_fetch_answers_stops_being_read(
     greedy.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
     greedy.connect(("127.0.0.1", kiln.app.port))
     memory = kiln.app.context.memory
-    fetches_before = kiln.app.context.counters.requests_by_api["FETCH"]
+    fetches_before = kiln.app.metrics.value("kiln_requests_total", api="Fetch")
 
     # When it sends 64 fetches for all of it and reads none of the answers
     for correlation_id in range(64):
@@ -81,7 +81,7 @@ def test_a_client_that_never_reads_its_fetch_answers_stops_being_read(
         payload = bytes(request.encode(version=11, header=True))
         greedy.sendall(struct.pack(">i", len(payload)) + payload)
     time.sleep(2)
-    handled = kiln.app.context.counters.requests_by_api["FETCH"] - fetches_before
+    handled = kiln.app.metrics.value("kiln_requests_total", api="Fetch") - fetches_before
     held = memory.answers.used
 
     # Then Kiln handled one or two of them and holds no more than their answers
@@ -91,7 +91,7 @@ def test_a_client_that_never_reads_its_fetch_answers_stops_being_read(
     # and when the client goes away, everything it held is given back
     greedy.close()
     assert eventually(lambda: memory.answers.used == 0 and memory.requests.used == 0)
-    assert eventually(lambda: kiln.app.context.counters.connections == 0)
+    assert eventually(lambda: kiln.app.metrics.value("kiln_connections_open") == 0)
 
 
 def test_a_fetch_answers_no_more_than_max_fetch_bytes(

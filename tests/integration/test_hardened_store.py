@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -21,21 +20,14 @@ from aiokafka.record._crecords import DefaultRecordBatchBuilder
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from storage.errors import Fenced
+from storage.hardened_batches import iter_hardened_batches
 from storage.hardened_store import Fence, HardenedPartitionWriter, WriteResult
 from storage.kafka.client import FetchResult, KafkaClient, ProduceResult
 from storage.model import Reliability, StoredBatch
 from tests.conftest import KafkaRelay
-from wire.batch import read_header
-from wire.lineage import split_lineage
-from wire.records import (
-    CODEC_GZIP,
-    CODEC_LZ4,
-    CODEC_NONE,
-    CODEC_SNAPPY,
-    CODEC_ZSTD,
-    build_hardened_batches,
-    decode_records,
-)
+from wire.batch import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD, read_header
+from wire.lineage import kiln_offset_of, split_lineage
+from wire.records import decode_records
 
 pytestmark = pytest.mark.integration
 
@@ -267,9 +259,7 @@ def test_skip_below_drops_the_records_below_it(kafka_bootstrap: str, unique_topi
 
     # Then only records 30..119 are in Kafka
     received = consume(kafka_bootstrap, unique_topic, 90)
-    assert [struct.unpack(">q", dict(r.headers)["kiln.offset"])[0] for r in received] == list(
-        range(30, 120)
-    )
+    assert [kiln_offset_of(r.headers) for r in received] == list(range(30, 120))
     assert [r.value for r in received] == [s.value for s in records[30:]]
     assert result.records == 90
 
@@ -532,7 +522,7 @@ def test_a_resent_batch_is_a_duplicate_and_not_stored_twice(
     async def body(client: KafkaClient) -> tuple[ProduceResult, ProduceResult, int]:
         await new_topic(client, unique_topic)
         pid, epoch = await client.init_producer_id(f"test.{unique_topic}", 60_000)
-        [batch] = build_hardened_batches(
+        [batch] = iter_hardened_batches(
             [(0, stored(make_records(0, 10), CODEC_NONE).data)], 0,
             producer_id=pid, producer_epoch=epoch, base_sequence=0, max_batch_bytes=1 << 20,
         )

@@ -16,6 +16,7 @@ import pytest
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataRequest
 
 from storage.errors import HardenedStoreUnavailable
+from storage.kafka.client import parse_bootstrap
 from storage.kafka.connection import BrokerConnection
 from wire.apis import ApiKey
 from wire.header import response_frame
@@ -70,10 +71,10 @@ async def against_fake_broker(script: Script, test: Callable[[int], Awaitable[No
 
 def test_many_requests_in_flight_are_all_answered(kafka_bootstrap: str) -> None:
     # Given a connection to the real broker
-    host, _, port = kafka_bootstrap.split(",")[0].rpartition(":")
+    host, port = parse_bootstrap(kafka_bootstrap)[0]
 
     async def body() -> tuple[list[int], dict[ApiKey, int]]:
-        conn = await BrokerConnection.open(host, int(port))
+        conn = await BrokerConnection.open(host, port)
         try:
             # When 50 requests are sent before any answer is awaited
             answers = [conn.send(ApiKey.METADATA, metadata_request()) for _ in range(50)]

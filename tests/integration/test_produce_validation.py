@@ -3,10 +3,8 @@ nothing, and a client's own `kiln.offset` header never passes for Kiln's lineage
 
 from __future__ import annotations
 
-import struct
 import time
 
-import crc32c
 import redis
 from aiokafka.record._crecords import DefaultRecordBatchBuilder
 from kafka.admin import KafkaAdminClient
@@ -16,10 +14,11 @@ from tests.integration.consumers import BEGINNING, consume_kafka_python
 from tests.integration.test_produce_harden import read_hardened
 from tests.kiln_harness import RunningKiln, start_kiln
 from tests.raw_client import RawClient, record_batch
+from wire.batch import HEADER, HEADER_SIZE, LOG_OVERHEAD, set_crc
 from wire.errors import ErrorCode
-from wire.lineage import split_lineage
+from wire.lineage import kiln_offset_header, split_lineage
 
-BOGUS = ("kiln.offset", struct.pack(">q", 999_999))
+BOGUS = kiln_offset_header(999_999)
 
 
 def partition_next_offset(redis_url: str, topic: str, partition: int = 0) -> int:
@@ -30,10 +29,11 @@ def partition_next_offset(redis_url: str, topic: str, partition: int = 0) -> int
 def lying_batch() -> bytes:
     """One 10-byte record under a header claiming 1,000,000, with a valid CRC."""
     record = bytes([18, 0, 0, 0, 1, 6]) + b"abc" + bytes([0])  # length 9, then 9 bytes
-    body = struct.pack(">hiqqqhii", 0, 999_999, 1_700_000_000_000, 1_700_000_000_000,
-                       -1, -1, -1, 1_000_000) + record
-    return (struct.pack(">qiib", 0, 9 + len(body), -1, 2)
-            + struct.pack(">I", crc32c.crc32c(body)) + body)
+    batch = bytearray(HEADER.pack(0, HEADER_SIZE - LOG_OVERHEAD + len(record), -1, 2, 0, 0,
+                                  999_999, 1_700_000_000_000, 1_700_000_000_000, -1, -1, -1,
+                                  1_000_000)) + record
+    set_crc(batch)
+    return bytes(batch)
 
 
 def headed_batch(values: list[bytes]) -> bytes:

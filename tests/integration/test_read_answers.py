@@ -16,9 +16,9 @@ from kafka.protocol.consumer import (
 from storage.model import TopicPartition
 from tests.kiln_harness import RunningKiln
 from tests.raw_client import RawClient, record_batch
-from wire.batch import split_batches
+from wire.batch import CODEC_GZIP, split_batches
 from wire.errors import ErrorCode
-from wire.records import CODEC_GZIP, decode_records
+from wire.records import decode_records
 
 FIRST_TIMESTAMP = 1_700_000_000_000  # record i of a raw_client batch: FIRST_TIMESTAMP + i
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1

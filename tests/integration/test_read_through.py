@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import struct
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +21,7 @@ from kafka.protocol.consumer import (
     ListOffsetsResponse,
 )
 
-from proxy.tiered_reads import COLD_TIER_UNAVAILABLE
+from storage.errors import COLD_TIER_UNAVAILABLE
 from storage.kafka.client import KafkaClient
 from storage.model import Reliability
 from storage.model import TopicPartition as KilnTopicPartition
@@ -39,7 +38,7 @@ from tests.integration.consumers import (
 from tests.kiln_harness import RunningKiln, start_kiln
 from tests.raw_client import RawClient
 from wire.errors import ErrorCode
-from wire.lineage import KILN_OFFSET_HEADER
+from wire.lineage import kiln_offset_header
 from wire.records import decode_records
 
 ACKS_1 = ProducerCase("none", 1, idempotence=False)
@@ -330,8 +329,7 @@ async def write_to_kafka(bootstrap: str, topic: str,
             if kiln is None:
                 value, headers = b"kafka-%d" % kafka_offset, []
             else:
-                value, headers = b"kiln-%d" % kiln, [(KILN_OFFSET_HEADER,
-                                                      struct.pack(">q", kiln))]
+                value, headers = b"kiln-%d" % kiln, [kiln_offset_header(kiln)]
             builder.append(i, 1_700_000_000_000, None, value, headers)
             kafka_offset += 1
         await client.produce(topic, 0, bytes(builder.build()))

@@ -785,7 +785,7 @@ def test_kiln_is_healthy_after_the_fuzz(fuzzer: Fuzzer, fuzz_kiln: RunningKiln,
     assert [(r.offset, r.value) for r in sentinel] == list(enumerate(SENTINEL_VALUES))
     assert flushed
     assert [r.value for r in hardened] == SENTINEL_VALUES
-    assert fuzz_kiln.app.context.counters.malformed_frames == fuzzer.expected_closes
+    assert fuzz_kiln.app.metrics.value("kiln_malformed_frames_total") == fuzzer.expected_closes
     assert kiln_log.since(0) == []
     # (and the fuzz did run: requests over the frame budget are not sent, nor counted)
     assert fuzzer.sent >= planned, f"{fuzzer.sent} of {planned} fuzzed requests sent"
@@ -981,7 +981,7 @@ def _settle(kiln: RunningKiln, connections: int) -> None:
     with `ast`, whose recursion tracking two threads at once can upset (CPython gh-106905):
     a report made while Kiln's thread formats a traceback can end the session with an
     INTERNALERROR, so a test that fails must not race it."""
-    assert eventually(lambda: kiln.app.context.counters.connections <= connections)
+    assert eventually(lambda: kiln.app.metrics.value("kiln_connections_open") <= connections)
     kiln.call(asyncio.sleep(0.05))  # the loop's callbacks after the connection's task
 
 
@@ -1037,7 +1037,7 @@ def test_a_null_where_the_schema_allows_none_closes_the_connection_as_kafka(
         holder = holder[step]
     holder[path[-1]] = None
     logged = len(kiln_log.records)
-    connections = fuzz_kiln.app.context.counters.connections
+    connections = fuzz_kiln.app.metrics.value("kiln_connections_open")
     client = RawClient(fuzz_kiln.bootstrap)
     # When it is sent
     try:
@@ -1059,7 +1059,7 @@ def test_a_null_where_the_schema_allows_none_closes_the_connection_as_kafka(
 def test_a_join_with_a_client_id_at_the_string_limit_is_answered(
         fuzz_kiln: RunningKiln, kiln_log: KilnLog, version: int) -> None:
     logged = len(kiln_log.records)
-    connections = fuzz_kiln.app.context.counters.connections
+    connections = fuzz_kiln.app.metrics.value("kiln_connections_open")
     join = JoinGroupRequest[version](
         group_id=f"fzg-{POOLS.token}-long-{version}", session_timeout_ms=3000,
         rebalance_timeout_ms=1000, member_id="", group_instance_id=None,

@@ -12,13 +12,13 @@ from pyspark.sql import SparkSession
 from spark_examples import audit
 from spark_examples.audit import audit_options, run_audit
 from tests.spark.records import Sent, create_topic, produce_records
-from wire.lineage import encode_kiln_offset
+from wire.lineage import kiln_offset_header
 
 pytestmark = pytest.mark.integration
 
 
 def hardened(partition: int, kiln_offset: int | None) -> Sent:
-    headers = [] if kiln_offset is None else [("kiln.offset", encode_kiln_offset(kiln_offset))]
+    headers = [] if kiln_offset is None else [kiln_offset_header(kiln_offset)]
     return Sent(partition=partition, value=b"%d@%s" % (partition, str(kiln_offset).encode()),
                 headers=headers)
 

@@ -23,7 +23,7 @@ from tests.spark.records import (
     seq_of,
     value_of,
 )
-from wire.lineage import encode_kiln_offset, kiln_offset_of, lineage_offset
+from wire.lineage import encode_kiln_offset, kiln_offset_header, kiln_offset_of, lineage_offset
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +38,7 @@ def run_stream(spark: SparkSession, settings: StreamSettings) -> list[int]:
 
 
 def hardened(partition: int, seq: int, kiln_offset: int | None = None) -> Sent:
-    headers = [] if kiln_offset is None else [("kiln.offset", encode_kiln_offset(kiln_offset))]
+    headers = [] if kiln_offset is None else [kiln_offset_header(kiln_offset)]
     return Sent(partition=partition, value=value_of(seq), headers=headers)
 
 

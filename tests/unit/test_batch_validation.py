@@ -9,13 +9,25 @@ import struct
 import zlib
 
 import cramjam
-import crc32c
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from wire.batch import (
+    ATTRIBUTES_AT,
+    BASE_OFFSET,
+    HEADER,
+    HEADER_SIZE,
+    INT32,
+    LAST_OFFSET_DELTA_AT,
+    LENGTH_AT,
+    LOG_OVERHEAD,
+    RECORD_COUNT_AT,
+    set_crc,
+)
 from wire.errors import ErrorCode, KafkaError
+from wire.lineage import kiln_offset_header
 from wire.validation import (
     INVALID_RECORD,
     INVALID_TIMESTAMP,
@@ -26,10 +38,7 @@ from wire.validation import (
 NOW = 1_700_000_000_000
 LIMITS = RecordLimits(max_uncompressed_bytes=1 << 20)
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
-_HEADER = 61
-_COUNT_AT = 57
-_LAST_DELTA_AT = 23
-_ATTRIBUTES_AT = 21
+_ATTRIBUTES_LOW_BYTE = ATTRIBUTES_AT + 1  # the codec and control bits
 
 
 def client_batch(count: int = 3, codec: int = 0, *, timestamp: int = NOW,
@@ -46,10 +55,10 @@ def client_batch(count: int = 3, codec: int = 0, *, timestamp: int = NOW,
 def raw_batch(records: bytes, count: int, *, codec: int = 0, last_delta: int | None = None,
               timestamp: int = NOW) -> bytes:
     """A v2 batch around hand-made record bytes, with a valid CRC."""
-    body = struct.pack(">hiqqqhii", codec, count - 1 if last_delta is None else last_delta,
-                       timestamp, timestamp, -1, -1, -1, count) + records
-    head = struct.pack(">qiib", 0, 4 + 1 + 4 + len(body), -1, 2)
-    return head + struct.pack(">I", crc32c.crc32c(body)) + body
+    batch = bytearray(HEADER.pack(
+        0, HEADER_SIZE - LOG_OVERHEAD + len(records), -1, 2, 0, codec,
+        count - 1 if last_delta is None else last_delta, timestamp, timestamp, -1, -1, -1, count))
+    return with_crc(batch + records)
 
 
 def varint(value: int) -> bytes:
@@ -73,7 +82,7 @@ def record(offset_delta: int = 0, value: bytes = b"v",
 
 
 def with_crc(batch: bytearray) -> bytes:
-    struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[_ATTRIBUTES_AT:])))
+    set_crc(batch)
     return bytes(batch)
 
 
@@ -111,7 +120,7 @@ def test_batches_of_many_thousand_records_are_walked_to_the_end() -> None:
                                         is_transactional=0, producer_id=-1, producer_epoch=-1,
                                         base_sequence=-1, batch_size=1 << 24)
     for i in range(9000):
-        headers = [("kiln.offset", struct.pack(">q", 1))] if i == 8999 else []
+        headers = [kiln_offset_header(1)] if i == 8999 else []
         builder.append(i, timestamp=NOW, key=None, value=b"v%d" % i, headers=headers)
 
     checked = validate_produce_records(bytes(builder.build()), now_ms=NOW, limits=LIMITS)
@@ -122,13 +131,13 @@ def test_batches_of_many_thousand_records_are_walked_to_the_end() -> None:
 
 def test_java_style_xerial_snappy_passes() -> None:
     plain = client_batch(300)
-    records = plain[_HEADER:]
+    records = plain[HEADER_SIZE:]
     framed = [cramjam.snappy.compress_raw(part) for part in (records[:1000], records[1000:])]
     payload = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1) + b"".join(
         struct.pack(">i", len(block)) + bytes(block) for block in framed)
-    batch = bytearray(plain[:_HEADER] + payload)
-    struct.pack_into(">i", batch, 8, len(batch) - 12)
-    batch[22] |= 2
+    batch = bytearray(plain[:HEADER_SIZE] + payload)
+    INT32.pack_into(batch, LENGTH_AT, len(batch) - LOG_OVERHEAD)
+    batch[_ATTRIBUTES_LOW_BYTE] |= 2
 
     checked = validate_produce_records(with_crc(batch), now_ms=NOW, limits=LIMITS)
 
@@ -136,7 +145,7 @@ def test_java_style_xerial_snappy_passes() -> None:
 
 
 def test_a_record_with_a_kiln_offset_header_is_flagged() -> None:
-    data = client_batch(3, 3, headers=[("trace", b"t"), ("kiln.offset", struct.pack(">q", 9))])
+    data = client_batch(3, 3, headers=[("trace", b"t"), kiln_offset_header(9)])
 
     checked = validate_produce_records(data, now_ms=NOW, limits=LIMITS)
 
@@ -217,7 +226,7 @@ def test_null_header_key_is_refused() -> None:
 
 def test_unknown_codec_is_refused() -> None:
     batch = bytearray(client_batch(2))
-    batch[22] |= 5
+    batch[_ATTRIBUTES_LOW_BYTE] |= 5
 
     error = refused(with_crc(batch))
 
@@ -232,7 +241,7 @@ def test_zstd_before_produce_v7_is_refused() -> None:
 
 def test_control_batch_from_a_producer_is_refused() -> None:
     batch = bytearray(client_batch(1))
-    batch[22] |= 0x20
+    batch[_ATTRIBUTES_LOW_BYTE] |= 0x20
 
     error = refused(with_crc(batch))
 
@@ -247,7 +256,7 @@ def test_two_batches_for_one_partition_are_refused() -> None:
 
 def test_base_offset_other_than_zero_is_refused() -> None:
     batch = bytearray(client_batch(2))
-    struct.pack_into(">q", batch, 0, 7)
+    BASE_OFFSET.pack_into(batch, 0, 7)
 
     error = refused(bytes(batch))
 
@@ -262,9 +271,9 @@ def test_zip_bomb_is_refused_before_it_is_inflated(codec: int) -> None:
               2: lambda: bytes(cramjam.snappy.compress_raw(plain)),
               3: lambda: bytes(cramjam.lz4.compress(plain)),
               4: lambda: bytes(cramjam.zstd.compress(plain, level=3))}[codec]()
-    batch = bytearray(client_batch(1)[:_HEADER] + packed)
-    struct.pack_into(">i", batch, 8, len(batch) - 12)
-    batch[22] |= codec
+    batch = bytearray(client_batch(1)[:HEADER_SIZE] + packed)
+    INT32.pack_into(batch, LENGTH_AT, len(batch) - LOG_OVERHEAD)
+    batch[_ATTRIBUTES_LOW_BYTE] |= codec
 
     error = refused(with_crc(batch))
 
@@ -274,7 +283,7 @@ def test_zip_bomb_is_refused_before_it_is_inflated(codec: int) -> None:
 @pytest.mark.parametrize("codec", [1, 2, 3, 4], ids=["gzip", "snappy", "lz4", "zstd"])
 def test_compressed_records_that_do_not_decompress_are_refused(codec: int) -> None:
     batch = bytearray(client_batch(50, codec))
-    batch[_HEADER + 4:] = bytes(b ^ 0x5A for b in batch[_HEADER + 4:])
+    batch[HEADER_SIZE + 4:] = bytes(b ^ 0x5A for b in batch[HEADER_SIZE + 4:])
 
     error = refused(with_crc(batch))
 
@@ -282,12 +291,12 @@ def test_compressed_records_that_do_not_decompress_are_refused(codec: int) -> No
 
 
 def test_compressed_records_fewer_than_claimed_are_refused() -> None:
-    records = client_batch(3)[_HEADER:]
-    batch = bytearray(client_batch(3)[:_HEADER] + zlib.compress(records, wbits=31))
-    struct.pack_into(">i", batch, 8, len(batch) - 12)
-    struct.pack_into(">i", batch, _COUNT_AT, 4)
-    struct.pack_into(">i", batch, _LAST_DELTA_AT, 3)
-    batch[22] |= 1
+    records = client_batch(3)[HEADER_SIZE:]
+    batch = bytearray(client_batch(3)[:HEADER_SIZE] + zlib.compress(records, wbits=31))
+    INT32.pack_into(batch, LENGTH_AT, len(batch) - LOG_OVERHEAD)
+    INT32.pack_into(batch, RECORD_COUNT_AT, 4)
+    INT32.pack_into(batch, LAST_OFFSET_DELTA_AT, 3)
+    batch[_ATTRIBUTES_LOW_BYTE] |= 1
 
     error = refused(with_crc(batch))
 
@@ -312,7 +321,7 @@ def test_old_timestamps_pass_by_default_and_fail_with_a_bound() -> None:
 
 
 @settings(max_examples=400, deadline=None)
-@given(position=st.integers(_HEADER, 400), value=st.integers(0, 255),
+@given(position=st.integers(HEADER_SIZE, 400), value=st.integers(0, 255),
        codec=st.sampled_from(list(CODECS.values())))
 def test_any_flipped_record_byte_with_a_fixed_crc_is_accepted_whole_or_refused(
         position: int, value: int, codec: int) -> None:

@@ -19,7 +19,6 @@ from storage.groups.model import (
     JoinResult,
     MembershipSettings,
     Protocol,
-    StoredCommit,
     SyncRequest,
 )
 from storage.groups.store import GroupConflict, GroupStore, StoredGroup
@@ -83,6 +82,10 @@ class MemoryStore(GroupStore):
 def joining(member_id: str = "", client: str = "c") -> JoinRequest:
     return JoinRequest("g", member_id, None, client, "/127.0.0.1", 10_000, 10_000, "consumer",
                        (Protocol("range", b"m"),), require_known_member_id=True)
+
+
+# What an offsets listener was told of a commit: (group, offsets, by a member).
+Reported = tuple[str, dict[TopicPartition, int], bool]
 
 
 def coordinator(store: MemoryStore, cache: GroupCacheSettings | None = None,
@@ -206,27 +209,34 @@ def test_a_commit_from_an_unknown_generation_of_an_unknown_group_is_refused() ->
 
 
 def test_a_stored_commit_is_reported_saying_whether_a_member_made_it() -> None:
-    async def scenario() -> tuple[list[StoredCommit], list[bool]]:
+    async def scenario() -> tuple[list[Reported], list[bool]]:
         store = MemoryStore()
-        groups = coordinator(store)
         tp = TopicPartition("t", 0)
-        reports: list[StoredCommit] = []
+        reports: list[Reported] = []
         stored_when_reported: list[bool] = []
 
-        async def on_stored(commit: StoredCommit) -> None:
-            stored_when_reported.append(tp in store.offsets.get(commit.group_id, {}))
-            reports.append(commit)
+        class Listener:
+            async def committed(self, group: str, offsets: Mapping[TopicPartition, int], *,
+                                by_member: bool) -> None:
+                stored_when_reported.append(tp in store.offsets.get(group, {}))
+                reports.append((group, dict(offsets), by_member))
 
-        await groups.commit_offsets("g", -1, "", None, {tp: CommittedOffset(3)}, on_stored)
+            async def offsets_deleted(self, group: str, tps: Sequence[TopicPartition]) -> None:
+                raise AssertionError("no offsets deleted")
+
+            async def group_deleted(self, group: str) -> None:
+                raise AssertionError("no group deleted")
+
+        groups = GroupCoordinator(store, SETTINGS, offsets_listener=Listener())
+        await groups.commit_offsets("g", -1, "", None, {tp: CommittedOffset(3)})
         a = await member_id_for(groups, "a")
         joined = await (await groups.join(joining(a, "a")))
         await (await groups.sync(SyncRequest("g", a, None, joined.generation_id, None, None,
                                              {a: b"p"})))
         await groups.commit_offsets("g", joined.generation_id, a, None,
-                                    {tp: CommittedOffset(5)}, on_stored)
+                                    {tp: CommittedOffset(5)})
         # A standalone commit while the group has a member is refused, and not reported.
-        refused = await groups.commit_offsets("g", -1, "", None, {tp: CommittedOffset(9)},
-                                              on_stored)
+        refused = await groups.commit_offsets("g", -1, "", None, {tp: CommittedOffset(9)})
         assert refused == {tp: ErrorCode.UNKNOWN_MEMBER_ID}
         await groups.stop()
         return reports, stored_when_reported
@@ -234,8 +244,8 @@ def test_a_stored_commit_is_reported_saying_whether_a_member_made_it() -> None:
     reports, stored_first = asyncio.run(scenario())
 
     tp = TopicPartition("t", 0)
-    assert reports == [StoredCommit("g", {tp: 3}, by_member=False),
-                       StoredCommit("g", {tp: 5}, by_member=True)]
+    # (group, offsets stored, made by a member of the current generation)
+    assert reports == [("g", {tp: 3}, False), ("g", {tp: 5}, True)]
     assert stored_first == [True, True]
 
 

@@ -1,16 +1,14 @@
-"""cli/local_services.py without real services: fake binaries, wire parsing, error paths."""
+"""cli/local_services.py without real services: fake binaries and error paths."""
 
 from __future__ import annotations
 
 import os
 import socket
 import stat
-import struct
 from pathlib import Path
 
 import pytest
 
-from cli import local_services
 from cli.local_services import (
     LocalRedis,
     LocalTansu,
@@ -93,10 +91,3 @@ def test_missing_binary_raises_service_error(tmp_path: Path) -> None:
 def test_kafka_probe_false_on_closed_port() -> None:
     assert kafka_broker_answers("127.0.0.1", free_port(), timeout=0.5) is False
 
-
-def test_metadata_v0_broker_ports_parses_brokers() -> None:
-    body = struct.pack(">i", 2)
-    for node_id, host, port in [(1, b"127.0.0.1", 9092), (2, b"broker-2", 19092)]:
-        body += struct.pack(">ih", node_id, len(host)) + host + struct.pack(">i", port)
-    body += struct.pack(">i", 0)  # topics
-    assert local_services._metadata_v0_broker_ports(body) == [9092, 19092]

@@ -1,31 +1,32 @@
-"""Hardened Kafka batches rebuilt in Kiln offsets, as read-through serves them."""
+"""Hardened Kafka batches read back in Kiln offsets: rebuilt as read-through serves them,
+and searched as read-through and recovery search them."""
 
 from __future__ import annotations
 
-import struct
-
-import crc32c
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
-from tests.unit.test_records import (
-    CODECS,
-    Record,
-    build,
-    client_batch,
-    crc_ok,
-    kiln_header,
-    sample_records,
-)
-from wire.batch import CONTROL_BIT, TIMESTAMP_TYPE_BIT, read_header, with_base_offset
-from wire.records import (
-    CODEC_NONE,
+from storage.hardened_batches import (
     LocatedRecord,
     batch_spans,
-    decode_records,
     first_record_at_or_after,
+    last_kiln_offset,
     to_kiln_offsets,
 )
+from tests.unit.test_hardened_batches import build
+from tests.unit.test_records import CODECS, Record, client_batch, crc_ok, sample_records
+from wire.batch import (
+    ATTRIBUTES,
+    ATTRIBUTES_AT,
+    CODEC_NONE,
+    CONTROL_BIT,
+    TIMESTAMP_TYPE_BIT,
+    read_header,
+    set_crc,
+    with_base_offset,
+)
+from wire.lineage import kiln_offset_header
+from wire.records import decode_records
 
 
 def hardened(kafka_base: int, sources: list[tuple[int, list[Record]]], codec: int = CODEC_NONE
@@ -38,9 +39,8 @@ def hardened(kafka_base: int, sources: list[tuple[int, list[Record]]], codec: in
 
 def with_attribute(batch: bytes, bit: int) -> bytes:
     data = bytearray(batch)
-    attributes = struct.unpack_from(">h", data, 21)[0] | bit
-    struct.pack_into(">h", data, 21, attributes)
-    struct.pack_into(">I", data, 17, crc32c.crc32c(bytes(data[21:])))
+    ATTRIBUTES.pack_into(data, ATTRIBUTES_AT, ATTRIBUTES.unpack_from(data, ATTRIBUTES_AT)[0] | bit)
+    set_crc(data)
     return bytes(data)
 
 
@@ -141,7 +141,7 @@ def test_records_without_a_kiln_offset_are_read_at_their_kafka_offset() -> None:
 
 def test_a_kiln_offset_header_sent_by_a_client_is_kept() -> None:
     # Given a record whose producer sent its own kiln.offset header, hardened at Kiln 3
-    records: list[Record] = [(1, None, b"v", [kiln_header(999_999), ("other", b"x")])]
+    records: list[Record] = [(1, None, b"v", [kiln_offset_header(999_999), ("other", b"x")])]
     fetched = hardened(0, [(3, records)])
 
     # When rebuilt
@@ -149,7 +149,7 @@ def test_a_kiln_offset_header_sent_by_a_client_is_kept() -> None:
 
     # Then only Kiln's own header is gone
     assert record.offset == 3
-    assert list(record.headers) == [kiln_header(999_999), ("other", b"x")]
+    assert list(record.headers) == [kiln_offset_header(999_999), ("other", b"x")]
 
 
 def test_the_byte_limit_cuts_between_records_and_says_so() -> None:
@@ -248,3 +248,27 @@ def test_an_empty_record_set_gives_nothing() -> None:
     assert (out.data, out.record_count, out.last, out.end_kafka_offset, out.full) == (
         b"", 0, None, None, False)
 
+
+def test_last_kiln_offset_reads_a_fetched_record_set() -> None:
+    # Given two hardened batches as a broker returns them: concatenated, with absolute base
+    # offsets, and the second one cut short by the fetch size
+    a, b = build([(0, client_batch(sample_records(300)))], max_batch_bytes=16_384)[:2]
+    fetched = with_base_offset(a.data, 40) + with_base_offset(b.data, 40 + a.record_count)
+
+    # When the last Kiln offset is read
+    whole = last_kiln_offset(fetched)
+    truncated = last_kiln_offset(fetched[:-10])
+
+    # Then it is the last record's, ignoring the incomplete batch
+    assert whole == b.last_kiln_offset
+    assert truncated == a.last_kiln_offset
+    assert decode_records(fetched)[0].offset == 40
+
+
+def test_a_record_without_a_kiln_header_has_its_kafka_offset_as_kiln_offset() -> None:
+    # Given a batch of 10 records without kiln.offset headers, fetched at Kafka offset 70
+    plain = with_base_offset(client_batch(sample_records(10)), 70)
+
+    # When the last Kiln offset is read, Then it is the last record's Kafka offset
+    assert last_kiln_offset(plain) == 79
+    assert last_kiln_offset(b"") is None
