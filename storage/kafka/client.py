@@ -520,12 +520,32 @@ class KafkaClient:
         return await connection.request(api_key, body)
 
     async def _await_leaders(self, topic: str, timeout_s: float, partitions: int = -1) -> None:
-        """Until every partition (at least `partitions` of them) has a leader."""
+        """Until every partition (at least `partitions` of them) has a leader, and the leader
+        knows it: a broker's metadata names a new partition's leader a moment before that
+        leader serves the partition, and a write in between is refused with
+        NOT_LEADER_OR_FOLLOWER. So each leader is asked for the partition's end until none
+        answers that its metadata is stale."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
         await self._await_topic(topic, timeout_s, "a leader for every partition", lambda info: (
             info is not None and info.error_code == ErrorCode.NONE
             and info.partition_count >= max(partitions, 1)
             and all(p.leader_id >= 0 and p.error_code == ErrorCode.NONE
                     for p in info.partitions)))
+        info = (await self.metadata([topic])).topics.get(topic)
+        waiting = [p.partition_index for p in info.partitions] if info is not None else []
+        while waiting:
+            answers = await asyncio.gather(*(self._list_offsets(topic, p, LATEST)
+                                             for p in waiting))
+            waiting = [p for p, answer in zip(waiting, answers, strict=True)
+                       if stale_metadata(answer.error_code)]
+            for p in waiting:
+                self.forget_leader(topic, p)
+            if waiting and asyncio.get_running_loop().time() >= deadline:
+                log.warning("topic %s: partitions %s not served by their leaders after %.0f s",
+                            topic, waiting, timeout_s)
+                return
+            if waiting:
+                await asyncio.sleep(_LEADER_POLL_S)
 
     async def _await_gone(self, topic: str, timeout_s: float) -> None:
         """Until the broker's metadata no longer lists `topic`; its cached leaders are
