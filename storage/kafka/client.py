@@ -526,13 +526,14 @@ class KafkaClient:
         NOT_LEADER_OR_FOLLOWER. So each leader is asked for the partition's end until none
         answers that its metadata is stale."""
         deadline = asyncio.get_running_loop().time() + timeout_s
-        await self._await_topic(topic, timeout_s, "a leader for every partition", lambda info: (
-            info is not None and info.error_code == ErrorCode.NONE
-            and info.partition_count >= max(partitions, 1)
-            and all(p.leader_id >= 0 and p.error_code == ErrorCode.NONE
-                    for p in info.partitions)))
-        info = (await self.metadata([topic])).topics.get(topic)
-        waiting = [p.partition_index for p in info.partitions] if info is not None else []
+        info = await self._await_topic(
+            topic, timeout_s, "a leader for every partition", lambda info: (
+                info is not None and info.error_code == ErrorCode.NONE
+                and info.partition_count >= max(partitions, 1)
+                and all(p.leader_id >= 0 and p.error_code == ErrorCode.NONE
+                        for p in info.partitions)))
+        waiting = [p.partition_index for p in info.partitions if p.leader_id >= 0] \
+            if info is not None else []
         while waiting:
             answers = await asyncio.gather(*(self._list_offsets(topic, p, LATEST)
                                              for p in waiting))
@@ -556,15 +557,16 @@ class KafkaClient:
             del self._leaders[key]
 
     async def _await_topic(self, topic: str, timeout_s: float, what: str,
-                           done: Callable[[TopicInfo | None], bool]) -> None:
+                           done: Callable[[TopicInfo | None], bool]) -> TopicInfo | None:
         """Until `done` holds for the broker's metadata of `topic` (it follows the controller
-        a moment behind), or `timeout_s` has passed."""
+        a moment behind), or `timeout_s` has passed; the metadata last seen."""
         deadline = asyncio.get_running_loop().time() + timeout_s
-        while not done((await self.metadata([topic])).topics.get(topic)):
+        while not done(info := (await self.metadata([topic])).topics.get(topic)):
             if asyncio.get_running_loop().time() >= deadline:
                 log.warning("topic %s: waited %.0f s in vain for %s", topic, timeout_s, what)
-                return
+                break
             await asyncio.sleep(_LEADER_POLL_S)
+        return info
 
     # --- producer ids ------------------------------------------------------------------------
 
