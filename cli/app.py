@@ -107,7 +107,7 @@ class KilnApp:
                                     max_frame_bytes=settings.max_frame_bytes),
             log=TieredLog(self.queue, self.cold, self.catalog.starts, self.waiters,
                           self.budget, self.delay, self.metrics, appends),
-            catalog=self.catalog, groups=self.groups,
+            topics=self.catalog, groups=self.groups,
             producer_ids=ProducerIds(self.queue.redis), metrics=self.metrics,
             memory=ListenerMemory(listener_limits(settings)),
             topic_configs=TopicConfigs(self.catalog, self.kafka),

@@ -2,22 +2,36 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Sequence
+import asyncio
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from proxy.limits import ListenerLimits, ListenerMemory
 from storage.acks import AckOutcome
 from storage.broker_configs import BrokerConfigs
-from storage.catalog import Catalog
+from storage.catalog import CreatedTopic, DeletedTopic
 from storage.clock import wall_clock_ms
-from storage.groups.coordinator import GroupCoordinator
+from storage.groups.consumer_group import ConsumerGroup
+from storage.groups.consumer_model import ConsumerHeartbeat, HeartbeatResult
+from storage.groups.coordinator import GroupListing, OffsetDeletion, TopicDirectory
+from storage.groups.model import (
+    CommittedOffset,
+    GroupSummary,
+    JoinRequest,
+    JoinResult,
+    MemberIdentity,
+    SyncRequest,
+    SyncResult,
+)
 from storage.log_queue import AppendRequest, AppendResult
 from storage.model import TopicPartition
 from storage.observability.metrics import KilnMetrics
 from storage.producer_ids import ProducerIds
 from storage.tiered_log import PartitionRead
 from storage.topic_configs import TopicConfigs
+from storage.topics import TopicConfig
+from wire.errors import ErrorCode
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,12 +75,79 @@ class PartitionLog(Protocol):
     async def max_timestamp(self, tp: TopicPartition) -> tuple[int, int] | None: ...
 
 
+class Topics(Protocol):
+    """Topics as clients see them through Kiln, kept in step with Kafka (storage.catalog).
+    Administration raises KafkaError with the code a client sees."""
+
+    async def lookup(self, name: str, *, allow_create: bool) -> TopicConfig | None:
+        """The topic, adopted from Kafka or auto-created where allowed; None if unknown."""
+
+    async def has_partition(self, tp: TopicPartition) -> bool: ...
+
+    async def all(self) -> dict[str, TopicConfig]: ...
+
+    async def was_deleted(self, name: str) -> bool:
+        """Whether a deletion of the topic is remembered (False when Redis cannot say)."""
+
+    async def create_and_describe(
+            self, name: str, partitions: int | None, *, require_kafka: bool,
+            validate_only: bool = False, configs: Mapping[str, str | None] | None = None,
+            replication_factor: int = -1,
+            assignments: Mapping[int, Sequence[int]] | None = None) -> CreatedTopic: ...
+
+    async def add_partitions(self, name: str, count: int, *,
+                             assignments: Sequence[Sequence[int]] | None = None,
+                             validate_only: bool = False, timeout_ms: int = 30_000) -> None: ...
+
+    async def delete(self, name: str, *, timeout_ms: int = 30_000) -> DeletedTopic: ...
+
+
+class Groups(Protocol):
+    """Consumer groups and their committed offsets (storage.groups.coordinator). Raises
+    StorageError when the group store cannot be reached (storage.errors maps it)."""
+
+    async def join(self, request: JoinRequest) -> asyncio.Future[JoinResult]: ...
+
+    async def sync(self, request: SyncRequest) -> asyncio.Future[SyncResult]: ...
+
+    async def heartbeat(self, group_id: str, member_id: str, group_instance_id: str | None,
+                        generation_id: int) -> ErrorCode: ...
+
+    async def leave(self, group_id: str, leaving: Sequence[MemberIdentity]
+                    ) -> list[ErrorCode]: ...
+
+    async def describe(self, group_id: str) -> GroupSummary: ...
+
+    async def list_groups(self) -> list[GroupListing]: ...
+
+    async def delete_group(self, group_id: str) -> ErrorCode: ...
+
+    async def consumer_heartbeat(self, request: ConsumerHeartbeat,
+                                 topics: TopicDirectory) -> HeartbeatResult: ...
+
+    async def describe_consumer_group(self, group_id: str) -> ConsumerGroup | None: ...
+
+    async def commit_offsets(self, group_id: str, generation_id: int, member_id: str,
+                             group_instance_id: str | None,
+                             offsets: Mapping[TopicPartition, CommittedOffset],
+                             version: int = 8) -> dict[TopicPartition, ErrorCode]: ...
+
+    async def validate_fetch(self, group_id: str, member_id: str | None,
+                             member_epoch: int) -> ErrorCode: ...
+
+    async def fetch_offsets(self, group_id: str, tps: Sequence[TopicPartition] | None
+                            ) -> dict[TopicPartition, CommittedOffset]: ...
+
+    async def delete_offsets(self, group_id: str, tps: Sequence[TopicPartition]
+                             ) -> OffsetDeletion: ...
+
+
 @dataclass
 class KilnContext:
     settings: ServerSettings
     log: PartitionLog
-    catalog: Catalog
-    groups: GroupCoordinator
+    topics: Topics
+    groups: Groups
     producer_ids: ProducerIds
     # Configs through Kiln: a topic's (Kafka's and Kiln's `kiln.*`), and those of the Kafka
     # brokers Kiln's node stands for.

@@ -3,5 +3,6 @@
 `hardened_stream` (Structured Streaming into Parquet) and `audit` (gaps and duplicates per
 partition) are the jobs; both read Kafka with Spark's own Kafka source (the spark-sql-kafka
 connector, which `session` puts on the classpath). `pipeline` holds the transformations they
-share, `lineage` and `audit_report` the rules and arithmetic that need no Spark.
+share, `audit_report` the arithmetic that needs no Spark; the lineage rule itself is Kiln's
+(`wire/lineage.py`), used by the jobs, Kiln and the tests alike.
 """

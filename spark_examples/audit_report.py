@@ -2,7 +2,7 @@
 renderings: JSON for scripts and a table for people. No Spark, no I/O.
 
 A record's Kiln offset is its `kiln.offset` header or, when it has none, its Kafka offset
-(`lineage`): both are Kiln's lineage, and the audit treats them alike. It counts the records
+(`wire/lineage.py`): both are Kiln's lineage, and the audit treats them alike. It counts the records
 without the header apart (`without_kiln_header`) for information only: a partition holds
 them from its start until Kiln first drops a record or fences the partition (the abort
 marker takes a Kafka offset), so a topic where neither happened has nothing else, and any

@@ -180,6 +180,17 @@ class Catalog:
             # none when it is being deleted.
             return await self._registry.get(name)
 
+    async def has_partition(self, tp: TopicPartition) -> bool:
+        config = await self.lookup(tp.topic, allow_create=False)
+        return config is not None and 0 <= tp.partition < config.partitions
+
+    async def was_deleted(self, name: str) -> bool:
+        """Whether a deletion of the topic is remembered (False when Redis cannot say)."""
+        try:
+            return await self._registry.deletion(name) is not None
+        except StorageError:
+            return False
+
     async def _listing_for_unknown(self, name: str) -> dict[str, int]:
         """Kafka's listing as fresh as a lookup of a name Kiln does not know deserves."""
         now = self._clock()

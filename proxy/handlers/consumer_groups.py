@@ -34,7 +34,7 @@ def _metadata(config: TopicConfig) -> TopicMetadata:
 
 
 async def _topics(ctx: KilnContext) -> dict[str, TopicMetadata]:
-    return {name: _metadata(config) for name, config in (await ctx.catalog.all()).items()}
+    return {name: _metadata(config) for name, config in (await ctx.topics.all()).items()}
 
 
 class _CatalogTopics:
@@ -48,7 +48,7 @@ class _CatalogTopics:
         found = {}
         for name in names:
             try:
-                config = await self._ctx.catalog.lookup(name, allow_create=False)
+                config = await self._ctx.topics.lookup(name, allow_create=False)
             except KafkaError:
                 continue  # a name no topic can have subscribes to nothing
             if config is not None:

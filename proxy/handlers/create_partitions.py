@@ -29,7 +29,7 @@ async def handle(ctx: KilnContext, request: Request) -> Message:
         assignments = None if topic.assignments is None else [
             list(assignment.broker_ids) for assignment in topic.assignments]
         try:
-            await ctx.catalog.add_partitions(topic.name, int(topic.count),
+            await ctx.topics.add_partitions(topic.name, int(topic.count),
                                              assignments=assignments,
                                              validate_only=bool(body.validate_only),
                                              timeout_ms=int(body.timeout_ms))

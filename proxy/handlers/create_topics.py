@@ -67,7 +67,7 @@ async def _create(ctx: KilnContext, topic: Message, validate_only: bool) -> Mess
     partitions = None if topic.num_partitions == -1 and assignments is None \
         else int(topic.num_partitions)
     configs = {c.name: c.value for c in topic.configs}
-    created = await ctx.catalog.create_and_describe(
+    created = await ctx.topics.create_and_describe(
         topic.name, partitions, require_kafka=True, validate_only=validate_only,
         configs=configs, replication_factor=int(topic.replication_factor),
         assignments=assignments)

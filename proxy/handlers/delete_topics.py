@@ -52,7 +52,7 @@ async def handle(ctx: KilnContext, request: Request) -> Message:
     for topic_id in given_twice(ids):
         results.append(_result(None, topic_id, ErrorCode.INVALID_REQUEST,
                                "Duplicate topic id."))
-    known = {config.uuid: config.name for config in (await ctx.catalog.all()).values()}
+    known = {config.uuid: config.name for config in (await ctx.topics.all()).values()}
     ids_of = {name: topic_id for topic_id, name in known.items()}
     for name in (n for n in dict.fromkeys(names) if names.count(n) == 1):
         by_name[name] = None
@@ -71,7 +71,7 @@ async def handle(ctx: KilnContext, request: Request) -> Message:
     for name in by_name:
         topic_id = ids_of.get(name)
         try:
-            await ctx.catalog.delete(name, timeout_ms=int(request.body.timeout_ms))
+            await ctx.topics.delete(name, timeout_ms=int(request.body.timeout_ms))
             results.append(_result(name, topic_id, ErrorCode.NONE))
         except KafkaError as exc:
             results.append(_result(name, None, exc.error_code, exc.message))

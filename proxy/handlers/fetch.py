@@ -29,8 +29,7 @@ _RECHECK_S = 0.1
 
 async def _read_partition(ctx: KilnContext, tp: TopicPartition, offset: int,
                           limit_bytes: int, at_least_one: bool) -> PartitionRead:
-    config = await ctx.catalog.lookup(tp.topic, allow_create=False)
-    if config is None or not 0 <= tp.partition < config.partitions:
+    if not await ctx.topics.has_partition(tp):
         return PartitionRead(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     return await ctx.log.read(tp, offset, limit_bytes, at_least_one=at_least_one)
 

@@ -45,8 +45,7 @@ _NOT_FOUND = (-1, -1)
 async def _offset(ctx: KilnContext, tp: TopicPartition, timestamp: int, version: int,
                   current_leader_epoch: int) -> tuple[int, int]:
     """(offset, timestamp) for one partition; raises KafkaError."""
-    config = await ctx.catalog.lookup(tp.topic, allow_create=False)
-    if config is None or not 0 <= tp.partition < config.partitions:
+    if not await ctx.topics.has_partition(tp):
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, tp.topic)
     check_current_leader_epoch(current_leader_epoch)
     if timestamp < 0 and version < _SINCE_VERSION.get(timestamp, version + 1):

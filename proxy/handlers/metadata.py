@@ -40,7 +40,7 @@ async def _requested(ctx: KilnContext, request: Request) -> list[Message]:
     body = request.body
     version = request.header.request_api_version
     if body.topics is None or (version == 0 and not body.topics):
-        return [_topic_entry(ctx, c) for c in (await ctx.catalog.all()).values()]
+        return [_topic_entry(ctx, c) for c in (await ctx.topics.all()).values()]
     allow_create = True if version < 4 else bool(body.allow_auto_topic_creation)
     entries = []
     by_id: dict[uuid.UUID, TopicConfig] | None = None
@@ -48,7 +48,7 @@ async def _requested(ctx: KilnContext, request: Request) -> list[Message]:
         name = wanted.name
         if name is None:
             if by_id is None:
-                by_id = {c.uuid: c for c in (await ctx.catalog.all()).values()}
+                by_id = {c.uuid: c for c in (await ctx.topics.all()).values()}
             found = by_id.get(wanted.topic_id)
             missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             entries.append(_topic_entry(ctx, found) if found else
@@ -58,7 +58,7 @@ async def _requested(ctx: KilnContext, request: Request) -> list[Message]:
             # As Kafka: a name no topic can have is INVALID_TOPIC_EXCEPTION, whether or not
             # the client asked for creation (not UNKNOWN_TOPIC_OR_PARTITION, to be retried).
             validate_topic_name(name)
-            config = await ctx.catalog.lookup(name, allow_create=allow_create)
+            config = await ctx.topics.lookup(name, allow_create=allow_create)
         except KafkaError as exc:
             entries.append(_error_entry(name, None, exc.error_code))
             continue

@@ -28,10 +28,9 @@ async def handle(ctx: KilnContext, request: Request) -> Message:
     known: list[TopicPartition] = []
     with coordinator_errors():
         for topic in body.topics:
-            config = await ctx.catalog.lookup(topic.name, allow_create=False)
             for part in topic.partitions:
                 tp = TopicPartition(topic.name, part.partition_index)
-                if config is None or not 0 <= tp.partition < config.partitions:
+                if not await ctx.topics.has_partition(tp):
                     codes[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 else:
                     known.append(tp)

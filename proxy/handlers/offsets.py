@@ -49,10 +49,9 @@ async def commit(ctx: KilnContext, request: Request) -> Message:
     wanted: dict[TopicPartition, CommittedOffset] = {}
     with coordinator_errors():
         for topic in body.topics:
-            config = await ctx.catalog.lookup(topic.name, allow_create=False)
             for part in topic.partitions:
                 tp = TopicPartition(topic.name, part.partition_index)
-                if config is None or not 0 <= tp.partition < config.partitions:
+                if not await ctx.topics.has_partition(tp):
                     codes[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     continue
                 epoch = part.committed_leader_epoch if version >= 6 else -1

@@ -13,7 +13,6 @@ from proxy.handlers.error_messages import bounded
 from proxy.peer import CLIENT_HOST
 from proxy.reply import Deferred
 from storage.acks import AckOutcome
-from storage.errors import StorageError
 from storage.log_queue import AppendBatch, AppendRequest
 from storage.model import Reliability, TopicPartition
 from storage.policy.reliability import AckPoint, ack_point, requested_level
@@ -74,7 +73,7 @@ async def _plan(ctx: KilnContext, request: Request, outcomes: dict[TopicPartitio
         if not valid:
             continue
         try:
-            config = await ctx.catalog.lookup(topic.name, allow_create=True)
+            config = await ctx.topics.lookup(topic.name, allow_create=True)
             if config is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic.name!r}")
         except KafkaError as exc:
@@ -171,21 +170,12 @@ async def _wait_for_guarantees(ctx: KilnContext, outcomes: dict[TopicPartition, 
         if settled is not AckOutcome.SETTLED:
             outcome.error_code, outcome.message = _NOT_SETTLED[settled]
             outcome.base_offset = -1
-        if settled is AckOutcome.LOST and await _deleted(ctx, tp.topic):
+        if settled is AckOutcome.LOST and await ctx.topics.was_deleted(tp.topic):
             # Not lost by Redis but deleted (its partitions' state went with it): answered
             # as Kafka's broker answers a produce waiting on a partition deleted under it,
             # neither "safe" nor a loss to make up for by sending again.
             outcome.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             outcome.message = f"topic {tp.topic!r} was deleted before the records were safe"
-
-
-async def _deleted(ctx: KilnContext, topic: str) -> bool:
-    """Whether the topic was deleted (a note of it is kept a while); when Redis cannot
-    say, the records count as lost."""
-    try:
-        return await ctx.catalog.registry.deletion(topic) is not None
-    except StorageError:
-        return False
 
 
 def _response(request: Request, outcomes: dict[TopicPartition, _Outcome],
