@@ -119,6 +119,13 @@ def start_kafka_cluster(size: int = 3, *, warm_up_records: int = WARM_UP_RECORDS
     return _warmed(Broker("kafka-cluster", cluster.nodes, cluster), warm_up_records)
 
 
+def create_topic(bootstrap: str, topic: str, replication_factor: int = 1) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    new = NewTopic(topic, 1, replication_factor)
+    for future in admin.create_topics([new], operation_timeout=10).values():
+        future.result(timeout=15)
+
+
 def _warmed(broker: Broker, records: int) -> Broker:
     try:
         warm_up(broker, records)
@@ -139,10 +146,7 @@ def warm_up(broker: Broker, records: int) -> None:
               "log_level": 3}).init_transactions(120)
     if records <= 0:
         return
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 3})
-    new = NewTopic(topic, 1, broker.replication_factor)
-    for future in admin.create_topics([new], operation_timeout=10).values():
-        future.result(timeout=15)
+    create_topic(broker.bootstrap, topic, broker.replication_factor)
     producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all",
                          "linger.ms": 5, "log_level": 3})
     value = bytes(100)

@@ -45,16 +45,15 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 
 from bench.brokers import Broker, add_broker_option, start_broker
 from bench.produce import (
-    Stack,
-    create_topic,
     fetch_high_watermark,
     kiln_source,
     latency_stats,
-    new_topic_name,
     produce_n,
     progress_log,
     publish,
+    stack_with_topic,
     tool_versions,
+    wait_hardened,
 )
 
 VALUE_BYTES = 100
@@ -132,14 +131,10 @@ def bench_latency(args: argparse.Namespace, workdir: Path, broker: Broker,
     for wait_ms in (500, 10):
         row: dict[str, Any] = {}
         for name, delay in (("kiln", LONG_DELAY_MS), ("direct", None)):
-            stack = Stack.start(workdir, broker, kiln_delay_ms=delay)
-            try:
-                topic = new_topic_name("latency")
-                create_topic(stack.endpoint, topic)
+            with stack_with_topic(workdir, broker, "latency",
+                                  kiln_delay_ms=delay) as (stack, topic):
                 row[name] = paced_end_to_end(stack.endpoint, topic, args.latency_rate,
                                              args.latency_seconds, wait_ms)
-            finally:
-                stack.close()
             log(f"latency {name} fetch.wait.max.ms={wait_ms}: p50 {row[name]['p50_ms']} ms, "
                 f"p99 {row[name]['p99_ms']} ms")
         row["p99_ratio_kiln_to_direct"] = round(row["kiln"]["p99_ms"] / row["direct"]["p99_ms"],
@@ -176,31 +171,18 @@ def bench_throughput(args: argparse.Namespace, workdir: Path, broker: Broker,
     value = b"x" * VALUE_BYTES
     out: dict[str, Any] = {"records": count, "value_bytes": VALUE_BYTES}
     for name, delay in (("kiln_hot", LONG_DELAY_MS), ("direct", None), ("kiln_cold", 200)):
-        stack = Stack.start(workdir, broker, kiln_delay_ms=delay)
-        try:
-            topic = new_topic_name("consume")
-            create_topic(stack.endpoint, topic)
+        with stack_with_topic(workdir, broker, "consume", kiln_delay_ms=delay) as (stack, topic):
             produced = produce_n(stack.endpoint, topic, count, value, "1")
             if produced["errors"]:
                 raise RuntimeError(f"producing failed: {produced['first_error']}")
             if name == "kiln_cold":
                 wait_hardened(broker.bootstrap, topic, count)
             out[name] = read_all(stack.endpoint, topic, count)
-        finally:
-            stack.close()
         log(f"consume {name}: {out[name]['records_per_s']:,} records/s")
     direct = out["direct"]["records_per_s"]
     out["ratio_hot_to_direct"] = round(out["kiln_hot"]["records_per_s"] / direct, 2)
     out["ratio_cold_to_direct"] = round(out["kiln_cold"]["records_per_s"] / direct, 2)
     return out
-
-
-def wait_hardened(broker: str, topic: str, count: int, timeout_s: float = 300) -> None:
-    deadline = time.monotonic() + timeout_s
-    while fetch_high_watermark(broker, topic) < count:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{topic}: not all {count} records hardened in {timeout_s}s")
-        time.sleep(0.2)
 
 
 # --- 3. write avoidance ---------------------------------------------------------------------
@@ -256,11 +238,9 @@ def partition_meta(redis_url: str, topic: str) -> dict[str, int]:
 
 def avoidance_once(workdir: Path, broker: Broker, scenario: str, rate: float, seconds: float
                    ) -> dict[str, Any]:
-    stack = Stack.start(workdir, broker, kiln_delay_ms=AVOIDANCE_DELAY_MS)
-    try:
+    with stack_with_topic(workdir, broker, "avoid",
+                          kiln_delay_ms=AVOIDANCE_DELAY_MS) as (stack, topic):
         assert stack.redis is not None
-        topic = new_topic_name("avoid")
-        create_topic(stack.endpoint, topic)
         lag_s = AVOIDANCE_DELAY_MS / 2000 if scenario == "lags_half_delay" else 0.0
         reader = GroupReader(stack.endpoint, topic, f"bench-{scenario}", lag_s).start()
         producer = Producer({"bootstrap.servers": stack.endpoint, "acks": "1",
@@ -280,8 +260,6 @@ def avoidance_once(workdir: Path, broker: Broker, scenario: str, rate: float, se
         wait_hardened_or_dropped(stack.redis.url, topic, total)
         meta = partition_meta(stack.redis.url, topic)
         in_kafka = fetch_high_watermark(broker.bootstrap, topic)
-    finally:
-        stack.close()
     received = reader.offsets
     return {
         "produced": total, "written_to_kafka": in_kafka,

@@ -27,8 +27,8 @@ import random
 import sys
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -94,13 +94,22 @@ def client_batches(vals: list[bytes], per_batch: int, codec: int, kiln_start: in
     return out
 
 
-async def run_kiln(bootstrap: str, batches: list[StoredBatch], per_write: int) -> KilnRun:
-    """Writes the batches to a fresh topic; checks the high watermark."""
-    topic = f"bench-kiln-{uuid.uuid4().hex[:8]}"
+@asynccontextmanager
+async def fresh_topic(bootstrap: str, kind: str) -> AsyncIterator[tuple[KafkaClient, str]]:
+    """A started client and a new one-partition topic `bench-{kind}-…`; closes the client."""
+    topic = f"bench-{kind}-{uuid.uuid4().hex[:8]}"
     client = KafkaClient(bootstrap, client_id="kiln-bench")
     await client.start()
     try:
         await client.create_topic(topic, 1)
+        yield client, topic
+    finally:
+        await client.close()
+
+
+async def run_kiln(bootstrap: str, batches: list[StoredBatch], per_write: int) -> KilnRun:
+    """Writes the batches to a fresh topic; checks the high watermark."""
+    async with fresh_topic(bootstrap, "kiln") as (client, topic):
         writer = HardenedPartitionWriter(client, topic, 0)
         await writer.recover()
         written = out_batches = 0
@@ -116,40 +125,35 @@ async def run_kiln(bootstrap: str, batches: list[StoredBatch], per_write: int) -
             raise SystemExit(f"high watermark {high_watermark}, expected {expected}")
         return KilnRun(round(wall, 3), round(expected / wall), round(cpu / expected * 1e6, 3),
                        written, out_batches)
-    finally:
-        await client.close()
 
 
 async def run_aiokafka(bootstrap: str, vals: list[bytes], per_batch: int, codec: str) -> float:
-    topic = f"bench-aiokafka-{uuid.uuid4().hex[:8]}"
-    client = KafkaClient(bootstrap, client_id="kiln-bench")
-    await client.start()
-    await client.create_topic(topic, 1)
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, acks="all", linger_ms=0,
-        compression_type=None if codec == "none" else codec,
-        max_batch_size=2_000_000, max_request_size=4_000_000,
-    )
-    await producer.start()
-    try:
-        now = int(time.time() * 1000)
-        wall = time.perf_counter()
-        pending = []
-        for start in range(0, len(vals), per_batch):
-            batch = producer.create_batch()
-            for value in vals[start:start + per_batch]:
-                batch.append(key=None, value=value, timestamp=now)
-            batch.close()
-            pending.append(await producer.send_batch(batch, topic, partition=0))
-        await asyncio.gather(*pending)
-        wall = time.perf_counter() - wall
-        high_watermark = await client.high_watermark(topic, 0)
-        if high_watermark != len(vals):
-            raise SystemExit(f"aiokafka: high watermark {high_watermark}, expected {len(vals)}")
-        return wall
-    finally:
-        await producer.stop()
-        await client.close()
+    async with fresh_topic(bootstrap, "aiokafka") as (client, topic):
+        producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap, acks="all", linger_ms=0,
+            compression_type=None if codec == "none" else codec,
+            max_batch_size=2_000_000, max_request_size=4_000_000,
+        )
+        await producer.start()
+        try:
+            now = int(time.time() * 1000)
+            wall = time.perf_counter()
+            pending = []
+            for start in range(0, len(vals), per_batch):
+                batch = producer.create_batch()
+                for value in vals[start:start + per_batch]:
+                    batch.append(key=None, value=value, timestamp=now)
+                batch.close()
+                pending.append(await producer.send_batch(batch, topic, partition=0))
+            await asyncio.gather(*pending)
+            wall = time.perf_counter() - wall
+            high_watermark = await client.high_watermark(topic, 0)
+            if high_watermark != len(vals):
+                raise SystemExit(f"aiokafka: high watermark {high_watermark}, "
+                                 f"expected {len(vals)}")
+            return wall
+        finally:
+            await producer.stop()
 
 
 @contextmanager

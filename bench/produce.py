@@ -54,7 +54,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,11 +63,11 @@ import confluent_kafka
 import redis
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.brokers import (
     Broker,
     add_broker_option,
+    create_topic,
     start_broker,
     start_kafka_cluster,
 )
@@ -304,14 +304,22 @@ class Stack:
                 self.broker.stop()
 
 
+@contextlib.contextmanager
+def stack_with_topic(workdir: Path, broker: Broker, kind: str, *, kiln_delay_ms: int | None,
+                     kiln_delay_policy: str = "fixed") -> Iterator[tuple[Stack, str]]:
+    """A started Stack and a fresh topic `bench-{kind}-…` created through its endpoint,
+    replicated as `broker` replicates; the stack is closed on the way out."""
+    stack = Stack.start(workdir, broker, kiln_delay_ms=kiln_delay_ms,
+                        kiln_delay_policy=kiln_delay_policy)
+    try:
+        topic = new_topic_name(kind)
+        create_topic(stack.endpoint, topic, broker.replication_factor)
+        yield stack, topic
+    finally:
+        stack.close()
+
+
 # --- Kafka helpers --------------------------------------------------------------------------
-
-def create_topic(bootstrap: str, topic: str, replication_factor: int = 1) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
-    new = NewTopic(topic, 1, replication_factor)
-    for future in admin.create_topics([new], operation_timeout=10).values():
-        future.result(timeout=15)
-
 
 def fetch_high_watermark(bootstrap: str, topic: str, partition: int = 0, offset: int = 0) -> int:
     """The partition's high watermark as a Fetch response reports it (tansu 0.6 answers
@@ -326,6 +334,16 @@ def fetch_high_watermark(bootstrap: str, topic: str, partition: int = 0, offset:
             await client.close()
 
     return asyncio.run(fetch())
+
+
+def wait_hardened(bootstrap: str, topic: str, count: int, partitions: int = 1,
+                  timeout_s: float = 300) -> None:
+    """Until the topic's partitions on the broker at `bootstrap` hold `count` records."""
+    deadline = time.monotonic() + timeout_s
+    while sum(fetch_high_watermark(bootstrap, topic, p) for p in range(partitions)) < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{topic}: not all {count} records hardened in {timeout_s}s")
+        time.sleep(0.2)
 
 
 def confluent_watermark(bootstrap: str, topic: str) -> int:
@@ -450,11 +468,8 @@ def ingest_once(target: str, count: int, size: int, args: argparse.Namespace, wo
                 broker: Broker, check_watermarks: bool = False) -> dict[str, Any]:
     value = bytes(size)
     via_kiln = target == "kiln"
-    stack = Stack.start(workdir, broker,
-                        kiln_delay_ms=args.ingest_delay_ms if via_kiln else None)
-    try:
-        topic = new_topic_name(target)
-        create_topic(stack.endpoint, topic)
+    delay = args.ingest_delay_ms if via_kiln else None
+    with stack_with_topic(workdir, broker, target, kiln_delay_ms=delay) as (stack, topic):
         redis_pid = stack.redis.pid if stack.redis else None
         window = (CpuWindow(kiln=stack.kiln.pid, broker=broker.pids, redis=redis_pid)
                   if stack.kiln else CpuWindow(broker=broker.pids))
@@ -507,8 +522,6 @@ def ingest_once(target: str, count: int, size: int, args: argparse.Namespace, wo
                         broker.bootstrap, topic),
                 }
         return run
-    finally:
-        stack.close()
 
 
 def summarize(runs: list[dict[str, Any]], key: str) -> dict[str, float]:
@@ -531,16 +544,14 @@ def bench_ingest(args: argparse.Namespace, workdir: Path, broker: Broker,
                 runs[target].append(run)
                 log(f"ingest {size:>5} B {target:6} #{repeat + 1}: {run['records_per_s']:>10,} "
                     f"rec/s {run['mb_per_s']:>7.1f} MB/s{'' if run['ok'] else '  NOT OK'}")
-        kiln_rate = summarize(runs["kiln"], "records_per_s")
-        direct_rate = summarize(runs["direct"], "records_per_s")
+        sides: dict[str, dict[str, Any]] = {
+            target: {"records_per_s": summarize(target_runs, "records_per_s"),
+                     "mb_per_s": summarize(target_runs, "mb_per_s"), "runs": target_runs}
+            for target, target_runs in runs.items()}
+        kiln_rate, direct_rate = (sides[t]["records_per_s"]["median"] for t in ("kiln", "direct"))
         out.append({
-            "value_bytes": size, "records": count, "repeats": args.repeats,
-            "kiln": {"records_per_s": kiln_rate, "mb_per_s": summarize(runs["kiln"], "mb_per_s"),
-                     "runs": runs["kiln"]},
-            "direct": {"records_per_s": direct_rate,
-                       "mb_per_s": summarize(runs["direct"], "mb_per_s"),
-                       "runs": runs["direct"]},
-            "ratio_kiln_to_direct": round(kiln_rate["median"] / direct_rate["median"], 2),
+            "value_bytes": size, "records": count, "repeats": args.repeats, **sides,
+            "ratio_kiln_to_direct": round(kiln_rate / direct_rate, 2),
             "all_ok": all(r["ok"] for r in runs["kiln"] + runs["direct"]),
         })
     return out
@@ -559,12 +570,9 @@ def latency_once(args: argparse.Namespace, workdir: Path, config: LatencyConfig,
                  ) -> tuple[dict[str, Any], list[float]]:
     """One paced run; `running`: every broker the bench has running (named as in the CPU
     figures), idle ones too, whose CPU is counted."""
-    broker = config.broker
-    stack = Stack.start(workdir, broker,
-                        kiln_delay_ms=args.ingest_delay_ms if config.via_kiln else None)
-    try:
-        topic = new_topic_name(config.name.replace("_", "-"))
-        create_topic(stack.endpoint, topic, broker.replication_factor)
+    delay = args.ingest_delay_ms if config.via_kiln else None
+    with stack_with_topic(workdir, config.broker, config.name.replace("_", "-"),
+                          kiln_delay_ms=delay) as (stack, topic):
         window = CpuWindow(kiln=stack.kiln.pid if stack.kiln else None,
                            redis=stack.redis.pid if stack.redis else None,
                            **{role: b.pids for role, b in running.items()})
@@ -575,8 +583,6 @@ def latency_once(args: argparse.Namespace, workdir: Path, config: LatencyConfig,
             stack.stop_kiln(kill=True)
             result["kiln_log_problems"] = stack.kiln_problems[:10]
         return result, samples
-    finally:
-        stack.close()
 
 
 def bench_latency(args: argparse.Namespace, workdir: Path, configs: list[LatencyConfig],
@@ -608,13 +614,10 @@ def bench_end_to_end(args: argparse.Namespace, workdir: Path, broker: Broker,
     """Produce `count` records through Kiln (short delay) as fast as possible; a second
     thread reads the broker's high watermark every 100 ms until all of them are there."""
     count = args.e2e_records
-    stack = Stack.start(workdir, broker, kiln_delay_ms=args.e2e_delay_ms,
-                        kiln_delay_policy=delay_policy)
-    try:
+    with stack_with_topic(workdir, broker, "e2e", kiln_delay_ms=args.e2e_delay_ms,
+                          kiln_delay_policy=delay_policy) as (stack, topic):
         assert stack.kiln is not None and stack.redis is not None
         kiln, broker_bootstrap = stack.kiln, broker.bootstrap
-        topic = new_topic_name("e2e")
-        create_topic(stack.endpoint, topic)
         window = CpuWindow(kiln=kiln.pid, redis=stack.redis.pid, broker=broker.pids)
         timeline: list[tuple[float, int]] = []
         finished = threading.Event()
@@ -668,8 +671,6 @@ def bench_end_to_end(args: argparse.Namespace, workdir: Path, broker: Broker,
             f"{done_s:.2f} s "
             f"({out['end_to_end_records_per_s'] or 0:,}/s; produce alone {produced_s:.2f} s)")
         return out
-    finally:
-        stack.close()
 
 
 # --- output ---------------------------------------------------------------------------------

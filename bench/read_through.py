@@ -25,17 +25,15 @@ import asyncio
 import json
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from bench.brokers import add_broker_option, start_broker
-from bench.harden_write import CODECS, client_batches, values
+from bench.brokers import add_broker_option
+from bench.harden_write import CODECS, broker, client_batches, fresh_topic, values
 from storage.hardened_batches import iter_hardened_batches, to_kiln_offsets
 from storage.hardened_store import HardenedPartitionWriter
-from storage.kafka.client import KafkaClient
 from storage.model import TopicPartition
 from storage.read_through import ColdReader
 from wire.batch import CODEC_NONE, HEADER_SIZE, with_base_offset
@@ -94,11 +92,7 @@ def rebuild_all(record_sets: list[bytes]) -> list[bytes]:
 
 async def read_back(bootstrap: str, vals: list[bytes], codec: int) -> tuple[float, float]:
     """(wall s, CPU s) to read the records back from Kiln offset 0 with ColdReader."""
-    topic = f"bench-read-{uuid.uuid4().hex[:8]}"
-    client = KafkaClient(bootstrap, client_id="kiln-bench")
-    await client.start()
-    try:
-        await client.create_topic(topic, 1)
+    async with fresh_topic(bootstrap, "read") as (client, topic):
         writer = HardenedPartitionWriter(client, topic, 0)
         await writer.recover()
         batches = client_batches(vals, 1000, codec)
@@ -114,21 +108,16 @@ async def read_back(bootstrap: str, vals: list[bytes], codec: int) -> tuple[floa
         if offset != len(vals):
             raise SystemExit(f"read back stopped at {offset}, expected {len(vals)}")
         return wall, cpu
-    finally:
-        await client.close()
 
 
 @contextmanager
-def broker(args: argparse.Namespace) -> Iterator[tuple[str, str] | None]:
-    """(bootstrap, description) of `--bootstrap` or of a local broker of `--broker`; None
-    with `--no-broker`."""
+def optional_broker(args: argparse.Namespace) -> Iterator[tuple[str, str] | None]:
+    """broker() (`--bootstrap` or a local `--broker`), or None with `--no-broker`."""
     if args.no_broker:
         yield None
-    elif args.bootstrap:
-        yield args.bootstrap, args.bootstrap
-    else:
-        with start_broker(args.broker) as local:
-            yield local.bootstrap, local.description
+        return
+    with broker(args) as target:
+        yield target
 
 
 def measure(codec: str, vals: list[bytes], args: argparse.Namespace,
@@ -167,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-broker", action="store_true", help="re-encode only")
     args = parser.parse_args(argv)
     vals = values(args.records, args.value_bytes)
-    with broker(args) as target:
+    with optional_broker(args) as target:
         results = [measure(codec.strip(), vals, args, target)
                    for codec in args.codecs.split(",")]
     print(json.dumps([asdict(r) for r in results], indent=2))

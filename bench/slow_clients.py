@@ -31,14 +31,13 @@ from typing import Any
 
 from kafka.protocol.consumer import FetchRequest
 
-from bench.brokers import add_broker_option, start_broker
+from bench.brokers import add_broker_option, create_topic, start_broker
 from bench.produce import (
-    Stack,
-    create_topic,
     kiln_source,
     new_topic_name,
     proc_status_kb,
     produce_n,
+    stack_with_topic,
 )
 
 MiB = 1024 * 1024
@@ -99,23 +98,20 @@ def measure(bootstrap: str, pid: int | None, topic: str, clients: int, hold_s: f
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     with (tempfile.TemporaryDirectory(prefix="kiln-bench-") as tmp,
-          start_broker(args.broker) as broker):
-        stack = Stack.start(Path(tmp), broker, kiln_delay_ms=600_000)
-        try:
-            assert stack.kiln is not None
-            kiln_topic, direct_topic = new_topic_name("slow"), new_topic_name("slow")
-            create_topic(stack.kiln.bootstrap, kiln_topic)
-            create_topic(broker.bootstrap, direct_topic)
-            fill(stack.kiln.bootstrap, kiln_topic, args.records)
-            fill(broker.bootstrap, direct_topic, args.records)
-            kiln_rounds = [measure(stack.kiln.bootstrap, stack.kiln.pid, kiln_topic,
-                                   args.clients, args.hold_s, args.after_s)
-                           for _ in range(args.rounds)]
-            direct_rounds = [measure(broker.bootstrap, broker.pid, direct_topic,
-                                     args.clients, args.hold_s, args.after_s)
-                             for _ in range(args.rounds)]
-        finally:
-            stack.close()
+          start_broker(args.broker) as broker,
+          stack_with_topic(Path(tmp), broker, "slow",
+                           kiln_delay_ms=600_000) as (stack, kiln_topic)):
+        assert stack.kiln is not None
+        direct_topic = new_topic_name("slow")
+        create_topic(broker.bootstrap, direct_topic)
+        fill(stack.kiln.bootstrap, kiln_topic, args.records)
+        fill(broker.bootstrap, direct_topic, args.records)
+        kiln_rounds = [measure(stack.kiln.bootstrap, stack.kiln.pid, kiln_topic,
+                               args.clients, args.hold_s, args.after_s)
+                       for _ in range(args.rounds)]
+        direct_rounds = [measure(broker.bootstrap, broker.pid, direct_topic,
+                                 args.clients, args.hold_s, args.after_s)
+                         for _ in range(args.rounds)]
     kiln, direct = kiln_rounds[0], direct_rounds[0]
     growth_ratio = (round(kiln["peak_growth_mb"] / direct["peak_growth_mb"], 2)
                     if direct["peak_growth_mb"] > 0 else None)

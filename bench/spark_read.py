@@ -48,13 +48,13 @@ from pyspark.sql import SparkSession
 
 from bench.produce import (
     KilnProcess,
-    fetch_high_watermark,
     kiln_source,
     new_topic_name,
     produce_n,
     progress_log,
     publish,
     tool_versions,
+    wait_hardened,
 )
 from cli.local_kafka import KAFKA_VERSION, LocalKafka
 from cli.local_services import LocalRedis
@@ -79,12 +79,7 @@ def hardened_topic(workdir: Path, bootstrap: str, records: int, partitions: int)
         produced = produce_n(kiln.bootstrap, topic, records, b"x" * VALUE_BYTES, "1")
         if produced["errors"]:
             raise RuntimeError(f"producing failed: {produced['first_error']}")
-        deadline = time.monotonic() + 300
-        while sum(fetch_high_watermark(bootstrap, topic, p)
-                  for p in range(partitions)) < records:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{topic}: not all {records} records hardened in 300 s")
-            time.sleep(0.2)
+        wait_hardened(bootstrap, topic, records, partitions)
         return topic
     finally:
         # The readers read Kafka alone; Kiln's and Redis' CPU is not needed any more.

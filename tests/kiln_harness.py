@@ -8,7 +8,9 @@ import threading
 import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
+
+import redis
 
 from cli.app import KilnApp
 from cli.settings import Settings, load_settings
@@ -56,6 +58,12 @@ class RunningKiln:
     def flush(self, timeout_s: float = 30) -> bool:
         return self.call(self.app.hardener.flush(timeout_s=timeout_s), timeout_s + 5)
 
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         try:
             self.call(self.app.close(), timeout=30)
@@ -85,6 +93,12 @@ def start_kiln(redis_url: str, kafka_bootstrap: str, **overrides: Any) -> Runnin
               # Port 0: several test Kilns (and test sessions) must not share one HTTP port.
               "http_listen": "127.0.0.1:0", **overrides}
     return RunningKiln(load_settings(overrides=values, environ={}))
+
+
+def fresh_kiln(redis_url: str, kafka_bootstrap: str, **overrides: Any) -> RunningKiln:
+    """start_kiln on an emptied Redis database: nothing of an earlier test's Kiln is left."""
+    redis.Redis.from_url(redis_url).flushdb()
+    return start_kiln(redis_url, kafka_bootstrap, **overrides)
 
 
 def eventually(check: Callable[[], bool], timeout_s: float = 10) -> bool:

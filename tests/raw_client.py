@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 import struct
-from typing import Any
+from typing import Any, Self
 
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
@@ -31,6 +31,12 @@ class RawClient:
 
     def close(self) -> None:
         self.sock.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def send_frame(self, payload: bytes) -> None:
         self.sock.sendall(struct.pack(">i", len(payload)) + payload)

@@ -6,8 +6,8 @@ step, in this order:
 
 1. Kafka writes whose time has come complete (`kafka_write`) or fail (`kafka_failed`);
 2. producers send: each send is one append (offsets assigned, append time kept) and one
-   `DelayObserver.appended(...)` call, as the produce handler makes; the buffer budget adds
-   the incoming bytes at once (`BufferBudget.admit`);
+   `DelayObserver.appended(...)` call, as the produce handler makes (what `BufferBudget.admit`
+   adds at once is left out: nothing reads the budget before step 4 recounts it);
 3. consumers fetch, process and commit; each commit moves the partition's delivered mark
    (the minimum over the durable subscriptions), drops what it passed from the log queue
    and calls `DelayObserver.delivered(...)`, as storage.delivery does;
@@ -180,7 +180,6 @@ class RunResult:
     written: int
     dropped: int
     buffered_end: int
-    in_flight_freed_end: int
     per_topic: dict[str, dict[str, int]]
     at_risk_bytes: _Peak
     at_risk_records: _Peak
@@ -211,8 +210,6 @@ class Simulation:
         self._writes: list[tuple[int, int, _Partition, _Topic]] = []
         self._write_seq = 0
         self._link_free_ms = 0.0
-        self._budget_bytes = 0     # BufferBudget.buffered_bytes
-        self._budget_records = 0   # BufferBudget.buffered_records
         self._unhealthy = workload.unhealthy_windows()
         self.decisions = 0
         self.appends = 0
@@ -323,7 +320,6 @@ class Simulation:
             part.at_risk += count
         topic.produced += count
         self.appends += 1
-        self._budget_bytes += nbytes  # BufferBudget.admit
         self.observer.appended(part.tp, topic.sender_ids[sender], count, nbytes, part.next,
                                now)
         if part.idle_empty:  # Hardener.appended wakes a task that found the queue empty
@@ -401,14 +397,14 @@ class Simulation:
 
     def _refresh(self, now: int, producing: bool) -> None:
         # BufferBudget.refresh: the real amounts, summed over the partitions.
-        self._budget_bytes = sum((p.next - p.start) * t.spec.record_bytes
-                                 for t in self.topics for p in t.partitions)
-        self._budget_records = sum(p.next - p.start for t in self.topics for p in t.partitions)
+        budget_bytes = sum((p.next - p.start) * t.spec.record_bytes
+                           for t in self.topics for p in t.partitions)
+        budget_records = sum(p.next - p.start for t in self.topics for p in t.partitions)
         # DelayControl.refresh
         observer = self.observer
         observer.deliverable(frozenset(t.spec.name for t in self.topics if t.spec.subscriptions),
                              now)
-        observer.buffered(self._budget_bytes, self._budget_records)
+        observer.buffered(budget_bytes, budget_records)
         observer.pending_acks({t.spec.name: t.pending_acks for t in self.topics
                                if t.pending_acks})
         for topic in self.topics:
@@ -570,7 +566,6 @@ class Simulation:
             written=sum(t.written for t in self.topics),
             dropped=sum(t.dropped for t in self.topics),
             buffered_end=sum(v["buffered"] for v in per_topic.values()),
-            in_flight_freed_end=self.in_flight_freed(),
             per_topic=per_topic,
             at_risk_bytes=self.at_risk_bytes, at_risk_records=self.at_risk_records,
             buffer_bytes=self.buffer_bytes, sender_seconds=self.sender_seconds,

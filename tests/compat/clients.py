@@ -201,12 +201,9 @@ PRODUCERS: dict[str, ProduceFn] = {
 
 
 def create_topic_kafka_python(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
+    with KafkaAdminClient(bootstrap_servers=bootstrap) as admin:
         admin.create_topics([KafkaPythonNewTopic(topic, num_partitions=partitions,
                                                  replication_factor=1)])
-    finally:
-        admin.close()
 
 
 def create_topic_aiokafka(bootstrap: str, topic: str, partitions: int) -> None:
@@ -296,11 +293,8 @@ def hardened_codecs(kafka_bootstrap: str, topic: str, partition: int) -> list[in
         topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
             FetchRequest.FetchTopic.FetchPartition(partition=partition, fetch_offset=0,
                                                    partition_max_bytes=1 << 24)])])
-    client = RawClient(kafka_bootstrap)
-    try:
+    with RawClient(kafka_bootstrap) as client:
         answer = client.request(fetch, 4, FetchResponse).responses[0].partitions[0]
-    finally:
-        client.close()
     assert answer.error_code == 0, answer
     data = bytes(answer.records or b"")
     codecs = []

@@ -3,12 +3,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-import redis
 
 from cli.local_kafka import java_binary, kafka_jars
 from cli.local_services import ServiceError
 from tests.conftest import _unavailable
-from tests.kiln_harness import RunningKiln, start_kiln
+from tests.kiln_harness import RunningKiln, fresh_kiln
 
 # Short, so acks=all producers (answered once hardened) are not slowed down; the tests call
 # kiln.flush() before they read the hardened topic, so they never wait for the delay.
@@ -23,10 +22,8 @@ GROUP_SETTINGS = {"group_initial_rebalance_delay_ms": 100, "group_min_session_ti
 @pytest.fixture
 def kiln(redis_url: str, kafka_bootstrap: str) -> Iterator[RunningKiln]:
     """A fresh Kiln (empty Redis) in front of the session's broker."""
-    redis.Redis.from_url(redis_url).flushdb()
-    running = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=HARDEN_DELAY_MS)
-    yield running
-    running.stop()
+    with fresh_kiln(redis_url, kafka_bootstrap, harden_delay_ms=HARDEN_DELAY_MS) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -35,11 +32,9 @@ def module_kiln(redis_url: str, kafka_bootstrap: str) -> Iterator[RunningKiln]:
     topics and groups of their own: the Java tests pay for JVM launches, not Kiln starts.
     Only one Kiln may run on the session's Redis at a time (any of them hardens any
     partition), so a module using this one starts no other."""
-    redis.Redis.from_url(redis_url).flushdb()
-    running = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=HARDEN_DELAY_MS,
-                         **GROUP_SETTINGS)
-    yield running
-    running.stop()
+    with fresh_kiln(redis_url, kafka_bootstrap, harden_delay_ms=HARDEN_DELAY_MS,
+                    **GROUP_SETTINGS) as running:
+        yield running
 
 
 @pytest.fixture(scope="session")

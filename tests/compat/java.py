@@ -310,22 +310,16 @@ class VerifiableConsumerProcess:
 
 def committed_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
     """The group's committed offsets by (topic, partition) (OffsetFetch)."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
+    with KafkaAdminClient(bootstrap_servers=bootstrap) as admin:
         found = admin.list_group_offsets(group)[group]
-    finally:
-        admin.close()
     return {(tp.topic, tp.partition): meta.offset for tp, meta in found.items()}
 
 
 def commit_offsets(bootstrap: str, group: str, topic: str, offsets: Mapping[int, int]) -> None:
     """Commit offsets for a group without members (OffsetCommit, as a tool resetting offsets
     does)."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
+    with KafkaAdminClient(bootstrap_servers=bootstrap) as admin:
         results = admin.alter_group_offsets(group, {
             TopicPartition(topic, p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()})
-    finally:
-        admin.close()
     assert {error.errno for error in results.values()} == {0}, results
 

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import redis
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from tests.compat.conformance import (
@@ -40,7 +39,7 @@ from tests.compat.conformance import (
     differences,
     drive,
 )
-from tests.kiln_harness import RunningKiln, start_kiln
+from tests.kiln_harness import RunningKiln, fresh_kiln
 from wire.apis import CLIENT_APIS
 
 UNSUPPORTED_VERSION = 35
@@ -152,11 +151,9 @@ class Sides:
 @pytest.fixture(scope="module")
 def conformance_kiln(redis_url: str, kafka_bootstrap: str) -> Iterator[RunningKiln]:
     """One Kiln (empty Redis at its start) for the module, hardening only on demand."""
-    redis.Redis.from_url(redis_url).flushdb()
-    running = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=HARDEN_DELAY_MS,
-                         **GROUP_SETTINGS)
-    yield running
-    running.stop()
+    with fresh_kiln(redis_url, kafka_bootstrap, harden_delay_ms=HARDEN_DELAY_MS,
+                    **GROUP_SETTINGS) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")

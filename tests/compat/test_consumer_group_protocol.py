@@ -190,8 +190,7 @@ def test_a_member_carries_on_across_a_kiln_restart_without_rejoining(
         before.stop()
     assert consumer is not None
     # When Kiln restarts on the same address and Redis and more records arrive
-    after = start_kiln(redis_url, kafka_bootstrap, **settings)
-    try:
+    with start_kiln(redis_url, kafka_bootstrap, **settings) as after:
         try:
             produce(after.bootstrap, unique_topic, 40, 40)
             reader.until([consumer], 80)
@@ -200,8 +199,6 @@ def test_a_member_carries_on_across_a_kiln_restart_without_rejoining(
                                                  api="ConsumerGroupHeartbeat")
         finally:
             consumer.close()
-    finally:
-        after.stop()
     # Then it read on, heartbeating to the new Kiln at the epoch it had, as the only member
     assert sorted(reader.read) == sorted((p, o) for p in range(PARTITIONS) for o in range(20))
     assert group_after is not None

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from typing import Any
 
 import pytest
@@ -25,7 +26,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from cli.local_services import free_port
 from storage.groups.model import GroupState
 from tests.compat.consumers import CONSUMERS, Consumed, Consumer, open_consumer
-from tests.kiln_harness import RunningKiln, start_kiln
+from tests.kiln_harness import RunningKiln, fresh_kiln, start_kiln
 
 KILN_SETTINGS: dict[str, Any] = {
     "harden_delay_ms": 600_000, "group_initial_rebalance_delay_ms": 100,
@@ -37,10 +38,8 @@ BASE_TIMESTAMP_MS = 1_700_000_000_000
 
 @pytest.fixture
 def kiln(redis_url: str, kafka_bootstrap: str) -> Iterator[RunningKiln]:
-    redis.Redis.from_url(redis_url).flushdb()
-    running = start_kiln(redis_url, kafka_bootstrap, **KILN_SETTINGS)
-    yield running
-    running.stop()
+    with fresh_kiln(redis_url, kafka_bootstrap, **KILN_SETTINGS) as running:
+        yield running
 
 
 def producer(bootstrap: str) -> KafkaProducer:
@@ -63,11 +62,8 @@ def produce(bootstrap: str, topic: str, values: list[bytes], partition: int | No
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
+    with KafkaAdminClient(bootstrap_servers=bootstrap) as admin:
         admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
-    finally:
-        admin.close()
 
 
 def read_until(consumer: Consumer, done: int | Callable[[list[Consumed]], bool],
@@ -97,15 +93,12 @@ def test_assign_mode_reads_in_order_with_offsets_and_seeks_back(
     # Given 60 records produced to partition 0 through Kiln
     values = [b"value-%03d" % i for i in range(60)]
     placed = produce(kiln.bootstrap, unique_topic, values)
-    consumer = open_consumer(client, kiln.bootstrap)
-    try:
+    with closing(open_consumer(client, kiln.bootstrap)) as consumer:
         consumer.assign(unique_topic, [0])
         # When they are read from the beginning, then again after a seek back to 45
         first = read_until(consumer, 60)
         consumer.seek(unique_topic, 0, 45)
         again = read_until(consumer, 15)
-    finally:
-        consumer.close()
 
     # Then each read returns the records in order, at the offsets the producer was told
     assert placed == [(0, i) for i in range(60)]
@@ -119,12 +112,9 @@ def test_auto_offset_reset_earliest_reads_everything_there(
         kiln: RunningKiln, unique_topic: str, client: str) -> None:
     values = [b"old-%d" % i for i in range(10)]
     produce(kiln.bootstrap, unique_topic, values)
-    consumer = open_consumer(client, kiln.bootstrap, reset="earliest")
-    try:
+    with closing(open_consumer(client, kiln.bootstrap, reset="earliest")) as consumer:
         consumer.assign(unique_topic, [0])
         got = read_until(consumer, 10)
-    finally:
-        consumer.close()
 
     assert [(r.offset, r.value) for r in got] == list(enumerate(values))
 
@@ -170,8 +160,7 @@ def test_offsets_for_a_timestamp(kiln: RunningKiln, unique_topic: str, client: s
         sender.send(unique_topic, value=b"t%d" % i, partition=0,
                     timestamp_ms=BASE_TIMESTAMP_MS + i * 1000).get(timeout=10)
     sender.close(10)
-    consumer = open_consumer(client, kiln.bootstrap)
-    try:
+    with closing(open_consumer(client, kiln.bootstrap)) as consumer:
         consumer.assign(unique_topic, [0])
         # When offsets are looked up by time and read from
         between = consumer.offset_for_time(unique_topic, 0, BASE_TIMESTAMP_MS + 4500)
@@ -180,8 +169,6 @@ def test_offsets_for_a_timestamp(kiln: RunningKiln, unique_topic: str, client: s
         assert between is not None
         consumer.seek(unique_topic, 0, between)
         got = read_until(consumer, 5)
-    finally:
-        consumer.close()
 
     # Then the first record at or after each time is found
     assert (between, exact, after_all) == (5, 0, None)
@@ -203,17 +190,14 @@ def test_a_group_of_three_consumes_every_record_while_a_producer_keeps_producing
 
     def member(index: int) -> None:
         try:
-            consumer = open_consumer(client, kiln.bootstrap, group=group,
-                                     client_id=f"member-{index}")
-            try:
+            with closing(open_consumer(client, kiln.bootstrap, group=group,
+                                       client_id=f"member-{index}")) as consumer:
                 consumer.subscribe(unique_topic)
                 while not stop.is_set():
                     records = consumer.poll(0.2, 100)
                     consumed.extend((index, consumer.assignments, r) for r in records)
                     if records:
                         consumer.commit()  # False during a rebalance: re-read, not lost
-            finally:
-                consumer.close()
         except Exception as exc:  # reported by the test's assertions
             failures.append(exc)
 
@@ -277,37 +261,25 @@ def test_a_group_resumes_from_its_committed_offsets_after_kiln_restarts(
     # and committed what it read
     redis.Redis.from_url(redis_url).flushdb()
     group = f"group-{uuid.uuid4().hex[:8]}"
-    before = start_kiln(redis_url, kafka_bootstrap, **KILN_SETTINGS)
-    try:
+    with start_kiln(redis_url, kafka_bootstrap, **KILN_SETTINGS) as before:
         create_topic(before.bootstrap, unique_topic, 3)
         for partition in range(3):
             produce(before.bootstrap, unique_topic,
                     [b"p%d-%d" % (partition, i) for i in range(10)], partition)
-        first = open_consumer(client, before.bootstrap, group=group)
-        try:
+        with closing(open_consumer(client, before.bootstrap, group=group)) as first:
             first.subscribe(unique_topic)
             read = read_until(first, 12, max_records=4)
             assert first.commit()
             committed_before = first.committed(unique_topic, [0, 1, 2])
-        finally:
-            first.close()
-    finally:
-        before.stop()
 
     # When Kiln restarts on the same Redis and a member of the same group starts
-    after = start_kiln(redis_url, kafka_bootstrap, **KILN_SETTINGS)
-    try:
-        second = open_consumer(client, after.bootstrap, group=group)
-        try:
-            committed_after = second.committed(unique_topic, [0, 1, 2])
-            second.subscribe(unique_topic)
-            start = {p: committed_before[p] or 0 for p in range(3)}
-            remaining = sum(10 - s for s in start.values())
-            resumed = read_until(second, remaining)
-        finally:
-            second.close()
-    finally:
-        after.stop()
+    with (start_kiln(redis_url, kafka_bootstrap, **KILN_SETTINGS) as after,
+          closing(open_consumer(client, after.bootstrap, group=group)) as second):
+        committed_after = second.committed(unique_topic, [0, 1, 2])
+        second.subscribe(unique_topic)
+        start = {p: committed_before[p] or 0 for p in range(3)}
+        remaining = sum(10 - s for s in start.values())
+        resumed = read_until(second, remaining)
 
     # Then it starts exactly at the committed offsets and reads the rest once, in order
     last_read: dict[int, int] = {}
@@ -348,8 +320,7 @@ def test_a_live_member_carries_on_across_a_kiln_restart_without_rejoining(
     assert consumer is not None
 
     # When Kiln restarts on the same address and Redis, and more records arrive
-    after = start_kiln(redis_url, kafka_bootstrap, **settings)
-    try:
+    with start_kiln(redis_url, kafka_bootstrap, **settings) as after:
         try:
             produce(after.bootstrap, unique_topic, [b"after-%d" % i for i in range(10)], None)
             second = read_until(consumer, 10)
@@ -358,8 +329,6 @@ def test_a_live_member_carries_on_across_a_kiln_restart_without_rejoining(
             joins = after.app.metrics.value("kiln_requests_total", api="JoinGroup")
         finally:
             consumer.close()
-    finally:
-        after.stop()
 
     # Then the member reads and commits on without joining the group again
     assert sorted(r.value or b"" for r in first) == sorted(b"before-%d" % i for i in range(10))

@@ -8,25 +8,22 @@ import time
 from collections.abc import Iterator
 
 import pytest
-import redis
 
 from storage.model import TopicPartition
 from tests.compat.consumers import CONSUMERS, Consumed, open_consumer
 from tests.compat.test_consumers import produce
 from tests.integration.test_produce_harden import read_hardened
-from tests.kiln_harness import RunningKiln, start_kiln
+from tests.kiln_harness import RunningKiln, fresh_kiln
 
 DELAY_MS = 60_000  # never expires during a test: only delivery or a flush moves records
 
 
 @pytest.fixture
 def kiln(redis_url: str, kafka_bootstrap: str) -> Iterator[RunningKiln]:
-    redis.Redis.from_url(redis_url).flushdb()
-    running = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=DELAY_MS,
-                         group_initial_rebalance_delay_ms=100,
-                         group_min_session_timeout_ms=1000)
-    yield running
-    running.stop()
+    with fresh_kiln(redis_url, kafka_bootstrap, harden_delay_ms=DELAY_MS,
+                    group_initial_rebalance_delay_ms=100,
+                    group_min_session_timeout_ms=1000) as running:
+        yield running
 
 
 def read_until(consumer: object, count: int, timeout_s: float = 30) -> list[Consumed]:

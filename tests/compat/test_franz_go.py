@@ -410,11 +410,8 @@ def test_kip848_consumer_group_protocol_through_kiln(module_kiln: RunningKiln,
 
 def kiln_topics(kiln_bootstrap: str) -> dict[str, int]:
     """Topic -> partition count, as kafka-python's admin reads them through Kiln."""
-    client = KafkaAdminClient(bootstrap_servers=kiln_bootstrap)
-    try:
+    with KafkaAdminClient(bootstrap_servers=kiln_bootstrap) as client:
         return {t["name"]: len(t["partitions"]) for t in client.describe_topics()}
-    finally:
-        client.close()
 
 
 def kafka_config(kafka_bootstrap: str, topic: str, name: str) -> str | None:
@@ -586,13 +583,10 @@ def test_alter_configs_sets_kafkas_config_in_kafka_and_kilns_in_kiln(
 
 
 def watermarks(bootstrap: str, topic: str, partition: int) -> tuple[int, int]:
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap,
-                                         "group.id": new_group()})
-    try:
+    with confluent_kafka.Consumer({"bootstrap.servers": bootstrap,
+                                   "group.id": new_group()}) as consumer:
         low, high = consumer.get_watermark_offsets(
             confluent_kafka.TopicPartition(topic, partition), timeout=10, cached=False)
-    finally:
-        consumer.close()
     return int(low), int(high)
 
 
@@ -677,11 +671,10 @@ def test_list_and_describe_groups_show_a_live_librdkafka_member(
     # Given a librdkafka member of a group that owns all 3 partitions of a topic
     create_topic_confluent(module_kiln.bootstrap, unique_topic, 3)
     group = new_group()
-    member = confluent_kafka.Consumer({
+    with confluent_kafka.Consumer({
         "bootstrap.servers": module_kiln.bootstrap, "group.id": group,
         "client.id": "live-member", "enable.auto.commit": False,
-        "auto.offset.reset": "earliest", "session.timeout.ms": 6000})
-    try:
+        "auto.offset.reset": "earliest", "session.timeout.ms": 6000}) as member:
         member.subscribe([unique_topic])
         deadline = time.monotonic() + 20
         while len(member.assignment()) < 3 and time.monotonic() < deadline:
@@ -690,8 +683,6 @@ def test_list_and_describe_groups_show_a_live_librdkafka_member(
         # When kadm lists the groups and describes this one (and one that does not exist)
         listed = admin_results(module_kiln.bootstrap, "list-groups")
         described = admin_results(module_kiln.bootstrap, "describe-groups", "--group", group)
-    finally:
-        member.close()
     # Then the group is listed as a stable consumer group, and described with its member
     # and the member's assignment, decoded by franz-go
     [entry] = [g for g in listed if g["group"] == group]
@@ -721,11 +712,8 @@ def test_delete_groups_removes_the_group_and_its_offsets(module_kiln: RunningKil
     assert (before["state"], before["protocol_type"], before["members"]) == (
         "Empty", "consumer", []), before
     assert deleted["error_code"] == 0, deleted
-    client = KafkaAdminClient(bootstrap_servers=module_kiln.bootstrap)
-    try:
+    with KafkaAdminClient(bootstrap_servers=module_kiln.bootstrap) as client:
         names = {g["group_id"] for g in client.list_groups()}
-    finally:
-        client.close()
     assert group not in names and other in names
     assert committed_offsets(module_kiln.bootstrap, group) == {}
     assert committed_offsets(module_kiln.bootstrap, other) == {(unique_topic, 0): 3}
@@ -738,11 +726,8 @@ def test_api_versions_listing_is_what_kiln_advertises(module_kiln: RunningKiln) 
     # When kadm asks every broker (Kiln's one node) for its API versions
     [listing] = admin_results(module_kiln.bootstrap, "api-versions")
     # Then it is Kiln's ApiVersions answer, as a raw v0 request reads it
-    client = RawClient(module_kiln.bootstrap)
-    try:
+    with RawClient(module_kiln.bootstrap) as client:
         raw = client.request(ApiVersionsRequest[0](), 0, ApiVersionsResponse)
-    finally:
-        client.close()
     assert raw.error_code == 0
     assert listing["node_id"] == module_kiln.settings.node_id
     assert {int(k): tuple(v) for k, v in listing["api_keys"].items()} == {

@@ -67,13 +67,10 @@ def kiln_partition_count(kiln_bootstrap: str, topic: str) -> int | None:
     """Partitions of `topic` in Kiln's metadata, None when Kiln does not have it. Asked with
     kafka-python, whose admin Metadata requests create nothing (and because Kiln refuses
     librdkafka's request for every topic: see test_librdkafka_metadata.py)."""
-    admin = KafkaAdminClient(bootstrap_servers=kiln_bootstrap)
-    try:
+    with KafkaAdminClient(bootstrap_servers=kiln_bootstrap) as admin:
         if topic not in admin.list_topics():
             return None
         [found] = admin.describe_topics([topic])
-    finally:
-        admin.close()
     assert found["error_code"] == 0, found
     return len(found["partitions"])
 
@@ -87,13 +84,10 @@ def kafka_topic_config(kafka_bootstrap: str, topic: str, name: str) -> str | Non
 
 
 def end_offsets(kiln_bootstrap: str, topic: str, partitions: int) -> list[int]:
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": kiln_bootstrap,
-                                         "group.id": new_group()})
-    try:
+    with confluent_kafka.Consumer({"bootstrap.servers": kiln_bootstrap,
+                                   "group.id": new_group()}) as consumer:
         return [consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, p),
                                                timeout=10)[1] for p in range(partitions)]
-    finally:
-        consumer.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,11 +419,10 @@ def test_consumer_groups_describe_shows_offsets_lag_and_the_owning_member(
     produce(module_kiln.bootstrap, unique_topic,
             [Line(p, b"k", b"v") for p, n in enumerate(counts) for _ in range(n)])
     group = new_group()
-    member = confluent_kafka.Consumer({
+    with confluent_kafka.Consumer({
         "bootstrap.servers": module_kiln.bootstrap, "group.id": group,
         "client.id": "live-member", "enable.auto.commit": False,
-        "auto.offset.reset": "earliest", "session.timeout.ms": 6000})
-    try:
+        "auto.offset.reset": "earliest", "session.timeout.ms": 6000}) as member:
         member.subscribe([unique_topic])
         deadline = time.monotonic() + 20
         while len(member.assignment()) < 3 and time.monotonic() < deadline:
@@ -440,8 +433,6 @@ def test_consumer_groups_describe_shows_offsets_lag_and_the_owning_member(
         # When kafka-consumer-groups describes the group
         run = run_tool(CONSUMER_GROUPS, "--bootstrap-server", module_kiln.bootstrap,
                        "--describe", "--group", group)
-    finally:
-        member.close()
     # Then each partition shows its committed offset, its end, the lag between them, and
     # the member that owns it
     assert run.returncode == 0, run
@@ -545,13 +536,10 @@ def test_delete_records_moves_the_log_start_in_kiln_and_in_kafka(
 
 def watermarks(bootstrap: str, topic: str) -> tuple[int, int]:
     """(log start, end) of partition 0, as ListOffsets answers them."""
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap,
-                                         "group.id": new_group()})
-    try:
+    with confluent_kafka.Consumer({"bootstrap.servers": bootstrap,
+                                   "group.id": new_group()}) as consumer:
         low, high = consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, 0),
                                                    timeout=10, cached=False)
-    finally:
-        consumer.close()
     return int(low), int(high)
 
 

@@ -353,11 +353,8 @@ def test_delete_topics_removes_the_topic_from_kiln_and_kafka(
 
 
 def kafka_topics(kafka_bootstrap: str) -> list[str]:
-    admin_client = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-    try:
+    with KafkaAdminClient(bootstrap_servers=kafka_bootstrap) as admin_client:
         return list(admin_client.list_topics())
-    finally:
-        admin_client.close()
 
 
 def test_topic_metadata_and_the_topic_list_show_kilns_node_leading_every_partition(

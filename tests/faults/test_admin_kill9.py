@@ -85,12 +85,9 @@ def kiln_cli(redis_url: str, *args: str, timeout_s: float = 60) -> None:
 
 
 def produce(bootstrap: str, topic: str, partition: int, values: list[bytes]) -> None:
-    client = RawClient(bootstrap, timeout_s=30)
-    try:
+    with RawClient(bootstrap, timeout_s=30) as client:
         answer = client.produce(topic, partition, record_batch(values))
         assert answer.error_code == ErrorCode.NONE, answer
-    finally:
-        client.close()
 
 
 def delete_topics_request(topic: str) -> Any:
@@ -105,35 +102,26 @@ def delete_records_request(topic: str, offset: int) -> Any:
 
 
 def delete_topic(bootstrap: str, topic: str) -> int:
-    client = RawClient(bootstrap, timeout_s=60)
-    try:
+    with RawClient(bootstrap, timeout_s=60) as client:
         answer = client.request(delete_topics_request(topic), 4, DeleteTopicsResponse)
-    finally:
-        client.close()
     return int(answer.responses[0].error_code)
 
 
 def delete_records(bootstrap: str, topic: str, offset: int) -> tuple[int, int]:
-    client = RawClient(bootstrap, timeout_s=60)
-    try:
+    with RawClient(bootstrap, timeout_s=60) as client:
         answer = client.request(delete_records_request(topic, offset), 2,
                                 DeleteRecordsResponse)
-    finally:
-        client.close()
     part = answer.topics[0].partitions[0]
     return int(part.error_code), int(part.low_watermark)
 
 
 def earliest(bootstrap: str, topic: str) -> int:
     wanted = ListOffsetsRequest.ListOffsetsTopic
-    client = RawClient(bootstrap, timeout_s=30)
-    try:
+    with RawClient(bootstrap, timeout_s=30) as client:
         answer = client.request(ListOffsetsRequest[8](
             replica_id=-1, isolation_level=0, topics=[wanted(name=topic, partitions=[
                 wanted.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1,
                                             timestamp=EARLIEST)])]), 8, ListOffsetsResponse)
-    finally:
-        client.close()
     part = answer.topics[0].partitions[0]
     assert part.error_code == ErrorCode.NONE, part
     return int(part.offset)
@@ -143,8 +131,7 @@ def send_then_kill(kiln: KilnProcess, request: Any, version: int, response: Any,
                    delay_s: float) -> int | None:
     """Send `request`, SIGKILL Kiln `delay_s` later; the answer's first error code if it
     came before the kill, else None."""
-    client = RawClient(kiln.bootstrap, timeout_s=30)
-    try:
+    with RawClient(kiln.bootstrap, timeout_s=30) as client:
         correlation_id = client.send(request, version)
         time.sleep(delay_s)
         kiln.kill()
@@ -153,8 +140,6 @@ def send_then_kill(kiln: KilnProcess, request: Any, version: int, response: Any,
             answer = client.receive(correlation_id, version, response)
         except OSError:  # the kill closed the connection before the answer
             return None
-    finally:
-        client.close()
     first = answer.responses[0] if hasattr(answer, "responses") else \
         answer.topics[0].partitions[0]
     return int(first.error_code)
@@ -166,11 +151,8 @@ def kafka_topics(kafka_bootstrap: str) -> set[str]:
 
 
 def kiln_topics(bootstrap: str) -> set[str]:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
+    with KafkaAdminClient(bootstrap_servers=bootstrap) as admin:
         return set(admin.list_topics())
-    finally:
-        admin.close()
 
 
 # Not the topic's state: the note a deletion leaves on purpose (storage.catalog), and each
@@ -373,8 +355,7 @@ def test_delete_topics_while_kiln_is_paused_answers_within_the_timeout(
 
         # When Kiln is stopped (SIGSTOP) for up to 2 s while it deletes the topic
         delay, pause = rng.uniform(0, TOPIC_KILL_WINDOW_S / 3), rng.uniform(0.5, 2.0)
-        client = RawClient(kiln.bootstrap, timeout_s=30)  # the client's request timeout
-        try:
+        with RawClient(kiln.bootstrap, timeout_s=30) as client:  # the client's request timeout
             correlation_id = client.send(delete_topics_request(topic), 4)
             time.sleep(delay)
             kiln.pause()
@@ -385,8 +366,6 @@ def test_delete_topics_while_kiln_is_paused_answers_within_the_timeout(
             asked = time.monotonic()
             answer = client.receive(correlation_id, 4, DeleteTopicsResponse)
             waited = time.monotonic() - asked
-        finally:
-            client.close()
         code = int(answer.responses[0].error_code)
         report.append(f"#{i} paused +{delay * 1000:.0f} ms for {pause:.1f} s: answered "
                       f"{code} {waited:.2f} s after SIGCONT")

@@ -13,13 +13,12 @@ import time
 from collections.abc import Iterator
 
 import pytest
-import redis
 
 from cli.local_kafka import LocalKafka, LocalKafkaCluster, start_together
 from storage.kafka.client import KafkaClient
 from tests.faults.records import ProducerLoop, read_partition
 from tests.faults.test_kill9 import PRODUCER_MODES, assert_exactly_once_in_order
-from tests.kiln_harness import RunningKiln, start_kiln
+from tests.kiln_harness import RunningKiln, fresh_kiln
 
 
 @pytest.fixture(scope="module")
@@ -48,10 +47,8 @@ def partition_leader(cluster: LocalKafkaCluster, topic: str) -> LocalKafka:
 @pytest.fixture
 def kiln_on_cluster(redis_url: str, kafka_cluster: LocalKafkaCluster
                     ) -> Iterator[RunningKiln]:
-    redis.Redis.from_url(redis_url).flushdb()
-    running = start_kiln(redis_url, kafka_cluster.bootstrap, harden_delay_ms=200)
-    yield running
-    running.stop()
+    with fresh_kiln(redis_url, kafka_cluster.bootstrap, harden_delay_ms=200) as running:
+        yield running
 
 
 @pytest.mark.timeout(300)

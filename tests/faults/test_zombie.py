@@ -114,9 +114,8 @@ def test_a_paused_writer_lands_nothing_after_its_successor_took_over(
 
 def wait_for_high_watermark(bootstrap: str, topic: str, at_least: int) -> int:
     """Poll the partition's high watermark until it reaches `at_least`; returns it."""
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap,
-                                         "group.id": "zombie-watch"})
-    try:
+    with confluent_kafka.Consumer({"bootstrap.servers": bootstrap,
+                                   "group.id": "zombie-watch"}) as consumer:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             _, high = consumer.get_watermark_offsets(
@@ -124,8 +123,6 @@ def wait_for_high_watermark(bootstrap: str, topic: str, at_least: int) -> int:
             if high >= at_least:
                 return int(high)
             time.sleep(0.005)
-    finally:
-        consumer.close()
     raise AssertionError(f"{topic}: fewer than {at_least} records in Kafka after 60 s")
 
 

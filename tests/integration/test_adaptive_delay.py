@@ -10,14 +10,13 @@ import time
 from collections.abc import Iterator
 
 import pytest
-import redis
 from click.testing import CliRunner
 
 from cli.main import main
 from storage.model import TopicPartition
 from storage.policy.delay import Binding, DelayDecision
 from tests.integration.test_produce_harden import read_hardened
-from tests.kiln_harness import RunningKiln, start_kiln
+from tests.kiln_harness import RunningKiln, fresh_kiln
 from tests.raw_client import RawClient, record_batch
 
 # Refresh period of the delay control (0.25 s) plus the subscription registry's cache (1 s).
@@ -26,20 +25,15 @@ _REFRESH_S = 1.5
 
 @pytest.fixture
 def adaptive_kiln(redis_url: str, kafka_bootstrap: str) -> Iterator[RunningKiln]:
-    redis.Redis.from_url(redis_url).flushdb()
-    running = start_kiln(redis_url, kafka_bootstrap, delay_policy="adaptive",
-                         harden_delay_ms=4_000, max_delay_ms=3_500, sender_budget_s=30)
-    yield running
-    running.stop()
+    with fresh_kiln(redis_url, kafka_bootstrap, delay_policy="adaptive",
+                    harden_delay_ms=4_000, max_delay_ms=3_500, sender_budget_s=30) as running:
+        yield running
 
 
 def produce(kiln: RunningKiln, topic: str, count: int, client_id: str = "producer") -> int:
     """One batch of `count` records to partition 0; the offset after it."""
-    client = RawClient(kiln.bootstrap, client_id=client_id)
-    try:
+    with RawClient(kiln.bootstrap, client_id=client_id) as client:
         answer = client.produce(topic, 0, record_batch([b"v%d" % i for i in range(count)]))
-    finally:
-        client.close()
     assert answer.error_code == 0
     return int(answer.base_offset) + count
 

@@ -16,17 +16,15 @@ from cli.main import main
 from storage.operator_requests import drain_requested
 from tests.integration.test_cli import kiln_process
 from tests.integration.test_produce_harden import read_hardened
-from tests.kiln_harness import RunningKiln, start_kiln
+from tests.kiln_harness import RunningKiln, fresh_kiln, start_kiln
 from tests.raw_client import RawClient, record_batch
 
 
 @pytest.fixture
 def slow_kiln(redis_url: str, kafka_bootstrap: str) -> Iterator[RunningKiln]:
-    redis.Redis.from_url(redis_url).flushdb()
-    running = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=600_000,
-                         default_partitions=2)
-    yield running
-    running.stop()
+    with fresh_kiln(redis_url, kafka_bootstrap, harden_delay_ms=600_000,
+                    default_partitions=2) as running:
+        yield running
 
 
 def wait_for_reports(redis_url: str, present: bool = True, timeout_s: float = 10) -> None:
@@ -38,11 +36,8 @@ def wait_for_reports(redis_url: str, present: bool = True, timeout_s: float = 10
 
 
 def produce(bootstrap: str, topic: str, partition: int, values: list[bytes]) -> None:
-    client = RawClient(bootstrap)
-    try:
+    with RawClient(bootstrap) as client:
         assert client.produce(topic, partition, record_batch(values)).error_code == 0
-    finally:
-        client.close()
 
 
 def test_flush_hardens_every_buffered_record_now_and_reports_it(

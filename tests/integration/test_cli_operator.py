@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 
-import redis
 from kafka import KafkaProducer
 
 from storage.model import TopicPartition
 from tests.integration.test_cli import run_kiln
-from tests.kiln_harness import RunningKiln, start_kiln
+from tests.kiln_harness import RunningKiln, fresh_kiln
 
 
 def test_add_list_and_remove_a_durable_subscription(
@@ -60,9 +59,7 @@ def test_unknown_topic_and_unreachable_redis_are_clear_errors(redis_url: str) ->
 def test_status_shows_what_was_dropped_as_delivered_and_what_was_written(
         redis_url: str, kafka_bootstrap: str, unique_topic: str) -> None:
     # Given 10 records, one batch each, of which a durable subscription committed 4
-    redis.Redis.from_url(redis_url).flushdb()
-    kiln = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=60_000)
-    try:
+    with fresh_kiln(redis_url, kafka_bootstrap, harden_delay_ms=60_000) as kiln:
         producer = KafkaProducer(bootstrap_servers=kiln.bootstrap, acks=1)
         for i in range(10):
             producer.send(unique_topic, value=b"%d" % i, partition=0).get(timeout=10)
@@ -76,8 +73,6 @@ def test_status_shows_what_was_dropped_as_delivered_and_what_was_written(
         after = run_kiln("status", unique_topic, "--json", "--redis-url", redis_url)
         table = run_kiln("status", "--redis-url", redis_url)
         unknown = run_kiln("status", "no-such-topic", "--redis-url", redis_url)
-    finally:
-        kiln.stop()
 
     # Then status tells both moments apart, per partition
     [row] = json.loads(before.stdout)

@@ -26,14 +26,11 @@ def stores(redis_url: str, kafka_bootstrap: str) -> list[str]:
 def kafka_partitions(bootstrap: str, topic: str) -> int | None:
     """The partition count of the Kafka topic; None when Kafka has no such topic (asked
     without the auto-creation a consumer's metadata request may cause)."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
+    with KafkaAdminClient(bootstrap_servers=bootstrap) as admin:
         if topic not in admin.list_topics():
             return None
         [described] = admin.describe_topics([topic])
         return len(described["partitions"])
-    finally:
-        admin.close()
 
 
 def produce(kiln: RunningKiln, topic: str, per_partition: dict[int, int]) -> None:

@@ -41,7 +41,7 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from storage.topics import new_topic
 from tests.conftest import KafkaRelay
 from tests.integration.test_cli import run_kiln
-from tests.kiln_harness import RunningKiln, eventually, start_kiln
+from tests.kiln_harness import RunningKiln, eventually, fresh_kiln
 from tests.raw_client import RawClient
 
 INVALID_CONFIG = 40
@@ -166,13 +166,10 @@ def test_kafka_python_describe_configs_with_synonyms_and_a_key_list(
     # Then it gets the Kafka configs asked for as Kafka reports them (synonyms and types
     # included) and Kiln's, each with its default as a synonym; a name nobody knows is left
     # out, as Kafka leaves it out
-    direct = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-    try:
+    with KafkaAdminClient(bootstrap_servers=kafka_bootstrap) as direct:
         [from_kafka] = direct.describe_configs(
             [KafkaPythonResource(ConfigResourceType.TOPIC, unique_topic, configs=keys)],
             include_synonyms=True, config_filter="all")["topic"].values()
-    finally:
-        direct.close()
     assert set(answer) == {"retention.ms", "cleanup.policy", "kiln.harden", "kiln.reliability"}
     assert {n: answer[n] for n in ("retention.ms", "cleanup.policy")} == from_kafka
     assert answer["kiln.harden"] == {
@@ -191,14 +188,11 @@ def describe_raw(bootstrap: str, resources: list[tuple[int, str, list[str] | Non
     fields: dict[str, Any] = {"include_synonyms": False}
     if version >= 3:
         fields["include_documentation"] = documentation
-    client = RawClient(bootstrap)
-    try:
+    with RawClient(bootstrap) as client:
         return list(client.request(DescribeConfigsRequest[version](
             resources=[resource(resource_type=kind, resource_name=name, configuration_keys=keys)
                        for kind, name, keys in resources], **fields),
             version, DescribeConfigsResponse).results)
-    finally:
-        client.close()
 
 
 def test_describe_configs_documents_kilns_configs_when_asked(
@@ -445,9 +439,7 @@ def test_kafka_python_alter_configs_non_incremental_keeps_the_configs_it_resends
 def test_without_kafka_kiln_configs_still_change_and_kafkas_time_out(
         redis_url: str, kafka_relay: KafkaRelay, unique_topic: str) -> None:
     # Given a Kiln whose Kafka is behind a relay, and a topic created through it
-    redis.Redis.from_url(redis_url).flushdb()
-    running = start_kiln(redis_url, kafka_relay.bootstrap)
-    try:
+    with fresh_kiln(redis_url, kafka_relay.bootstrap) as running:
         create_topic(running.bootstrap, unique_topic)
         store = redis.Redis.from_url(redis_url)
         # When Kafka cannot be reached, and a Kiln config, a Kafka config and the topic's
@@ -460,8 +452,6 @@ def test_without_kafka_kiln_configs_still_change_and_kafkas_time_out(
                                       ("retention.ms", SET, "1000")])
         [described_now] = describe_raw(running.bootstrap, [(TOPIC, unique_topic, None)])
         kafka_relay.relay.start()
-    finally:
-        running.stop()
     # Then Kiln's config changed (Kafka has no part in it); the change with a Kafka config
     # did not change anything, and neither it nor the description pretends to have
     # succeeded: both are REQUEST_TIMED_OUT, as a broker that cannot reach its controller
@@ -476,28 +466,22 @@ def test_without_kafka_kiln_configs_still_change_and_kafkas_time_out(
 def incremental_raw(bootstrap: str, topic: str, changes: list[tuple[str, int, str | None]],
                     kind: int = TOPIC) -> tuple[int, str | None]:
     resource = IncrementalAlterConfigsRequest.AlterConfigsResource
-    client = RawClient(bootstrap)
-    try:
+    with RawClient(bootstrap) as client:
         [answer] = client.request(IncrementalAlterConfigsRequest[1](
             resources=[resource(resource_type=kind, resource_name=topic, configs=[
                 resource.AlterableConfig(name=name, config_operation=op, value=value)
                 for name, op, value in changes])], validate_only=False),
             1, IncrementalAlterConfigsResponse).responses
-    finally:
-        client.close()
     return int(answer.error_code), answer.error_message
 
 
 def alter_raw(bootstrap: str, topic: str, values: list[tuple[str, str | None]]) -> int:
     resource = AlterConfigsRequest.AlterConfigsResource
-    client = RawClient(bootstrap)
-    try:
+    with RawClient(bootstrap) as client:
         [answer] = client.request(AlterConfigsRequest[2](
             resources=[resource(resource_type=TOPIC, resource_name=topic, configs=[
                 resource.AlterableConfig(name=name, value=value) for name, value in values])],
             validate_only=False), 2, AlterConfigsResponse).responses
-    finally:
-        client.close()
     return int(answer.error_code)
 
 
@@ -627,13 +611,10 @@ def test_altering_kilns_node_configs_alters_the_kafka_broker_behind_it(
 
 
 def metadata_cluster_id(bootstrap: str) -> str:
-    client = RawClient(bootstrap)
-    try:
+    with RawClient(bootstrap) as client:
         return str(client.request(MetadataRequest[12](
             topics=[], allow_auto_topic_creation=False,
             include_topic_authorized_operations=False), 12, MetadataResponse).cluster_id)
-    finally:
-        client.close()
 
 
 def test_describe_cluster_shows_kilns_node_as_metadata_does(
@@ -661,13 +642,10 @@ def test_describe_cluster_for_other_endpoints_answers_as_a_kafka_broker(
     # When Kiln and a Kafka broker are asked for the controllers (2), or a type no one
     # knows (3)
     def ask(bootstrap: str) -> Any:
-        client = RawClient(bootstrap)
-        try:
+        with RawClient(bootstrap) as client:
             return client.request(DescribeClusterRequest[1](
                 include_cluster_authorized_operations=False, endpoint_type=endpoint_type),
                 1, DescribeClusterResponse)
-        finally:
-            client.close()
 
     through_kiln, at_kafka = ask(kiln.bootstrap), ask(kafka_bootstrap)
     # Then both answer with the same error (MISMATCHED_ENDPOINT_TYPE for controllers,

@@ -9,11 +9,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
-import redis
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
-from tests.kiln_harness import RunningKiln, eventually, start_kiln
+from tests.kiln_harness import RunningKiln, eventually, fresh_kiln
 from tests.raw_client import RawClient, record_batch
 
 MiB = 1024 * 1024
@@ -51,13 +50,11 @@ def api_versions(client: RawClient) -> int:
 
 @pytest.fixture
 def limited_kiln(redis_url: str, kafka_bootstrap: str) -> Iterator[RunningKiln]:
-    redis.Redis.from_url(redis_url).flushdb()
-    running = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=600_000,
-                         max_answer_bytes_per_connection=MiB, max_fetch_bytes=20 * MiB,
-                         frame_read_timeout_ms=500, connections_max_idle_ms=1500,
-                         max_connections_per_host=3)
-    yield running
-    running.stop()
+    with fresh_kiln(redis_url, kafka_bootstrap, harden_delay_ms=600_000,
+                    max_answer_bytes_per_connection=MiB, max_fetch_bytes=20 * MiB,
+                    frame_read_timeout_ms=500, connections_max_idle_ms=1500,
+                    max_connections_per_host=3) as running:
+        yield running
 
 
 def test_a_client_that_never_reads_its_fetch_answers_stops_being_read(
@@ -96,8 +93,7 @@ def test_a_client_that_never_reads_its_fetch_answers_stops_being_read(
 
 def test_a_fetch_answers_no_more_than_max_fetch_bytes(
         redis_url: str, kafka_bootstrap: str, unique_topic: str) -> None:
-    redis.Redis.from_url(redis_url).flushdb()
-    kiln = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=600_000,
+    kiln = fresh_kiln(redis_url, kafka_bootstrap, harden_delay_ms=600_000,
                       max_fetch_bytes=MiB)
     client = RawClient(kiln.bootstrap)
     try:
@@ -118,8 +114,7 @@ def test_a_fetch_answers_no_more_than_max_fetch_bytes(
 
 def test_a_frame_that_never_completes_closes_its_connection(limited_kiln: RunningKiln) -> None:
     memory = limited_kiln.app.context.memory
-    sock = socket.create_connection(("127.0.0.1", limited_kiln.app.port))
-    try:
+    with socket.create_connection(("127.0.0.1", limited_kiln.app.port)) as sock:
         # When a client announces a 50 MB frame and sends 10 bytes of it
         sock.sendall(struct.pack(">i", 50 * MiB) + b"0123456789")
         announced = eventually(lambda: memory.requests.used == 50 * MiB, 2)
@@ -127,21 +122,16 @@ def test_a_frame_that_never_completes_closes_its_connection(limited_kiln: Runnin
         # Then Kiln closes the connection after frame_read_timeout_ms, and lets go of it
         assert announced
         assert closed_by_kiln(sock, timeout_s=5)
-    finally:
-        sock.close()
     assert eventually(lambda: memory.requests.used == 0)
 
 
 def test_an_idle_connection_is_closed(limited_kiln: RunningKiln) -> None:
-    client = RawClient(limited_kiln.bootstrap)
-    try:
+    with RawClient(limited_kiln.bootstrap) as client:
         assert api_versions(client) == 0
         started = time.monotonic()
 
         assert closed_by_kiln(client.sock, timeout_s=10)
         idle_s = time.monotonic() - started
-    finally:
-        client.close()
     assert idle_s >= 1.4
 
 

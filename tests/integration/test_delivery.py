@@ -251,13 +251,10 @@ def test_an_assured_ack_is_answered_by_hardening_when_no_one_reads(
 
 def test_a_bad_kiln_topic_config_is_refused_at_creation(slow_kiln: RunningKiln,
                                                          unique_topic: str) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=slow_kiln.bootstrap)
-    try:
-        with pytest.raises(InvalidConfigurationError, match=r"kiln\.harden"):
-            admin.create_topics([NewTopic(unique_topic, 1, 1,
-                                          topic_configs={"kiln.harden": "sometimes"})])
-    finally:
-        admin.close()
+    with (KafkaAdminClient(bootstrap_servers=slow_kiln.bootstrap) as admin,
+          pytest.raises(InvalidConfigurationError, match=r"kiln\.harden")):
+        admin.create_topics([NewTopic(unique_topic, 1, 1,
+                                      topic_configs={"kiln.harden": "sometimes"})])
 
     assert slow_kiln.call(slow_kiln.app.catalog.registry.get(unique_topic)) is None
 
@@ -285,15 +282,12 @@ def test_a_standalone_commit_does_not_drop_records_of_an_auto_registered_subscri
     # Given 50 buffered records and a durable subscription its group registered itself,
     # whose consumers are gone
     produce(slow_kiln, unique_topic, 50, batch=False)
-    client = RawClient(slow_kiln.bootstrap)
-    try:
+    with RawClient(slow_kiln.bootstrap) as client:
         auto_subscribed_then_empty(client, "billing", unique_topic)
 
         # When any client commits the end offset for the group without joining it
         codes = commit_over_the_wire(client, "billing", {(unique_topic, 0): 50})
         fetched = fetch_offsets(client, "billing", [(unique_topic, 0)])
-    finally:
-        client.close()
     kept = state(slow_kiln, unique_topic)
     flushed = slow_kiln.flush()
 
@@ -310,15 +304,12 @@ def test_a_member_commit_still_avoids_the_write(
         slow_kiln: RunningKiln, kafka_bootstrap: str, unique_topic: str) -> None:
     # Given 50 buffered records and a stable group with one member
     produce(slow_kiln, unique_topic, 50, batch=False)
-    client = RawClient(slow_kiln.bootstrap)
-    try:
+    with RawClient(slow_kiln.bootstrap) as client:
         member, generation = stable_single_member_group(client, "billing")
 
         # When the member commits the end offset
         codes = commit_over_the_wire(client, "billing", {(unique_topic, 0): 50}, generation,
                                      member)
-    finally:
-        client.close()
     after = state(slow_kiln, unique_topic)
     flushed = slow_kiln.flush()
 
@@ -337,16 +328,13 @@ def test_a_standalone_commit_counts_for_an_operator_registered_subscription(
     # Given 50 buffered records and a subscription the operator registered (from scratch,
     # or over one the group had registered itself), with no member in the group
     produce(slow_kiln, unique_topic, 50, batch=False)
-    client = RawClient(slow_kiln.bootstrap)
-    try:
+    with RawClient(slow_kiln.bootstrap) as client:
         if how == "made explicit":
             auto_subscribed_then_empty(client, "billing", unique_topic)
         made = slow_kiln.call(slow_kiln.app.delivery.subscribe(unique_topic, "billing"))
 
         # When a standalone commit (an assign-mode consumer, a tool) commits the end offset
         codes = commit_over_the_wire(client, "billing", {(unique_topic, 0): 50})
-    finally:
-        client.close()
     after = state(slow_kiln, unique_topic)
     flushed = slow_kiln.flush()
 
@@ -364,12 +352,9 @@ def test_a_standalone_commit_never_registers_a_subscription(
         slow_kiln: RunningKiln, unique_topic: str) -> None:
     # Given 20 buffered records on a topic that lets groups subscribe themselves
     produce(slow_kiln, unique_topic, 20, batch=False)
-    client = RawClient(slow_kiln.bootstrap)
-    try:
+    with RawClient(slow_kiln.bootstrap) as client:
         # When a group nobody joined is committed to without group management
         codes = commit_over_the_wire(client, "visitor", {(unique_topic, 0): 20})
-    finally:
-        client.close()
 
     # Then the commit is stored, yet the group is no durable subscription, nothing delivered
     subscriptions = slow_kiln.call(slow_kiln.app.delivery.subscriptions())

@@ -13,15 +13,14 @@ from kafka import KafkaProducer
 from cli.local_services import LocalRedis
 from tests.conftest import KafkaRelay
 from tests.integration.test_produce_harden import kiln_offset, read_hardened
-from tests.kiln_harness import start_kiln
+from tests.kiln_harness import fresh_kiln, start_kiln
 from tests.raw_client import RawClient, record_batch
 from wire.errors import ErrorCode
 
 
 def test_two_kiln_processes_appending_to_one_partition_never_collide(
         redis_url: str, kafka_bootstrap: str, unique_topic: str) -> None:
-    redis.Redis.from_url(redis_url).flushdb()
-    first = start_kiln(redis_url, kafka_bootstrap, node_id=1)
+    first = fresh_kiln(redis_url, kafka_bootstrap, node_id=1)
     second = start_kiln(redis_url, kafka_bootstrap, node_id=2)
     offsets: list[int] = []
     lock = threading.Lock()
@@ -66,15 +65,12 @@ def test_after_redis_loses_its_data_offsets_continue_and_nothing_hardened_is_los
     before.stop()
     store.flushdb()  # Redis lost everything; Kafka holds what was hardened
 
-    after = start_kiln(redis_url, kafka_bootstrap)
-    try:
+    with start_kiln(redis_url, kafka_bootstrap) as after:
         client = RawClient(after.bootstrap)
         answer = client.produce(unique_topic, 0, record_batch([b"new-%d" % i for i in range(5)]))
         client.close()
         assert after.flush()
         records = read_hardened(kafka_bootstrap, unique_topic, 0, 15)
-    finally:
-        after.stop()
 
     # (Kiln offset 10 is the abort marker that fenced the lost incarnation's writer)
     assert answer.base_offset == 11
@@ -87,10 +83,8 @@ def test_after_redis_loses_its_data_offsets_continue_and_nothing_hardened_is_los
 def test_kafka_outage_buffers_up_to_the_budget_and_loses_nothing(
         redis_url: str, kafka_bootstrap: str, kafka_relay: KafkaRelay, unique_topic: str
         ) -> None:
-    redis.Redis.from_url(redis_url).flushdb()
-    running = start_kiln(redis_url, kafka_relay.bootstrap, harden_delay_ms=50,
-                         buffer_budget_bytes=64 * 1024)
-    try:
+    with fresh_kiln(redis_url, kafka_relay.bootstrap, harden_delay_ms=50,
+                    buffer_budget_bytes=64 * 1024) as running:
         producer = KafkaProducer(bootstrap_servers=running.bootstrap, acks=1, linger_ms=0)
         producer.send(unique_topic, value=b"before", partition=0).get(timeout=10)
         assert running.flush()
@@ -112,8 +106,6 @@ def test_kafka_outage_buffers_up_to_the_budget_and_loses_nothing(
         while time.monotonic() < deadline and not running.flush(timeout_s=5):
             time.sleep(0.5)
         records = read_hardened(kafka_bootstrap, unique_topic, 0, len(acknowledged))
-    finally:
-        running.stop()
 
     # Then the buffer took records up to its budget, refused the next one retriably, and
     # once Kafka was back every acknowledged record was hardened once, in order

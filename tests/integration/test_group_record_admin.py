@@ -43,7 +43,7 @@ from tests.integration.test_delivery import auto_subscribed_then_empty
 from tests.integration.test_delivery import commit as member_commit
 from tests.integration.test_groups import commit as commit_over_the_wire
 from tests.integration.test_groups import fetch_offsets
-from tests.kiln_harness import RunningKiln, eventually, start_kiln
+from tests.kiln_harness import RunningKiln, eventually, fresh_kiln, start_kiln
 from tests.raw_client import RawClient, record_batch
 from wire.errors import ErrorCode as E
 
@@ -104,11 +104,8 @@ def consume_from_start(bootstrap: str, topic: str, expected: int) -> list[tuple[
 
 
 def raw(bootstrap: str, request: Any, version: int, response: Any) -> Any:
-    client = RawClient(bootstrap)
-    try:
+    with RawClient(bootstrap) as client:
         return client.request(request, version, response)
-    finally:
-        client.close()
 
 
 # --- ListOffsets ----------------------------------------------------------------------------
@@ -240,17 +237,13 @@ def test_after_redis_lost_a_partition_epoch_0_ends_where_kafka_records_end(
     # were hardened, and then Redis lost everything
     store = redis.Redis.from_url(redis_url)
     store.flushdb()
-    before = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=600_000)
-    try:
+    with start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=600_000) as before:
         produce(before.bootstrap, unique_topic, 5)
         assert before.flush()
         produce(before.bootstrap, unique_topic, 3, first=5)
         read_up_to = len(consume_from_start(before.bootstrap, unique_topic, 8))
-    finally:
-        before.stop()
     store.flushdb()
-    after = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=600_000)
-    try:
+    with start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=600_000) as after:
         # When the consumer validates its position of epoch 0 (as after a leader change)
         [answer] = end_of_epoch(after.bootstrap, 4, unique_topic, [(0, 0, 0)])
         # Then it learns that epoch 0 ends before its position: the records it read past
@@ -259,8 +252,6 @@ def test_after_redis_lost_a_partition_epoch_0_ends_where_kafka_records_end(
         assert read_up_to == 8
         assert answer == (0, 0, 6)
         assert list_offset(after.bootstrap, unique_topic, OffsetSpec.latest())[0] == 6
-    finally:
-        after.stop()
 
 
 # --- DeleteGroups ---------------------------------------------------------------------------
@@ -303,19 +294,13 @@ def test_delete_groups_deletes_an_empty_group_and_refuses_others_as_kafka(
     # and a group nobody ever used
     produce(kiln.bootstrap, unique_topic, 3)
     empty, busy, unknown = (f"g-{uuid.uuid4().hex[:8]}" for _ in range(3))
-    client = RawClient(kiln.bootstrap)
-    try:
+    with RawClient(kiln.bootstrap) as client:
         assert commit_over_the_wire(client, empty, {(unique_topic, 0): 2}) == {
             (unique_topic, 0): 0}
-    finally:
-        client.close()
     stored_before = group_keys(redis_url, empty)
-    member = live_member(kiln.bootstrap, busy, unique_topic)
-    try:
+    with live_member(kiln.bootstrap, busy, unique_topic):
         # When an admin client deletes all three
         outcomes = delete_groups_confluent(kiln.bootstrap, [empty, busy, unknown])
-    finally:
-        member.close()
     # Then the empty group is gone from Kiln (its metadata and offsets in Redis, its listing),
     # the others are refused with Kafka's codes (Kafka answers an unknown group alike)
     assert outcomes == {empty: 0, busy: E.NON_EMPTY_GROUP, unknown: E.GROUP_ID_NOT_FOUND}
@@ -324,11 +309,8 @@ def test_delete_groups_deletes_an_empty_group_and_refuses_others_as_kafka(
     admin = AdminClient({"bootstrap.servers": kiln.bootstrap})
     listed = {g.group_id for g in admin.list_consumer_groups().result(30).valid}
     assert empty not in listed and busy in listed
-    client = RawClient(kiln.bootstrap)
-    try:
+    with RawClient(kiln.bootstrap) as client:
         assert fetch_offsets(client, empty, None) == {}
-    finally:
-        client.close()
     assert delete_groups_confluent(kafka_bootstrap, [unknown]) == {
         unknown: E.GROUP_ID_NOT_FOUND}
     # (Kiln keeps groups to itself: Kafka never heard of them)
@@ -356,21 +338,15 @@ def test_a_deleted_group_stops_holding_records_it_had_subscribed_itself(
     # Given ten buffered records and two groups that subscribed themselves by committing as
     # members: "fast" read all ten, "slow" only three, and its consumers are gone
     produce(slow_kiln.bootstrap, unique_topic, 10)
-    client = RawClient(slow_kiln.bootstrap)
-    try:
+    with RawClient(slow_kiln.bootstrap) as client:
         for group in ("fast", "slow"):
             auto_subscribed_then_empty(client, group, unique_topic)
-    finally:
-        client.close()
     member_commit(slow_kiln, "fast", unique_topic, 10)
     member_commit(slow_kiln, "slow", unique_topic, 3)
     held = state(slow_kiln, unique_topic)
     # When kafka-python's admin client deletes the slow group
-    admin = KafkaAdminClient(bootstrap_servers=slow_kiln.bootstrap)
-    try:
+    with KafkaAdminClient(bootstrap_servers=slow_kiln.bootstrap) as admin:
         outcome = admin.delete_groups(["slow"])
-    finally:
-        admin.close()
     # Then it no longer counts: the records only it had not read are delivered to the rest
     # and dropped, never written to Kafka; the fast group stays subscribed
     assert outcome == {"slow": "OK"}
@@ -391,13 +367,10 @@ def test_a_deleted_group_an_operator_registered_stays_subscribed_without_its_com
     produce(slow_kiln.bootstrap, unique_topic, 10)
     slow_kiln.call(slow_kiln.app.delivery.subscribe(unique_topic, "audit"))
     slow_kiln.call(slow_kiln.app.delivery.subscribe(unique_topic, "billing"))
-    client = RawClient(slow_kiln.bootstrap)
-    try:
+    with RawClient(slow_kiln.bootstrap) as client:
         for group, offset in (("audit", 3), ("billing", 10)):
             assert commit_over_the_wire(client, group, {(unique_topic, 0): offset}) == {
                 (unique_topic, 0): 0}
-    finally:
-        client.close()
     # When the audit group is deleted
     outcome = delete_groups_confluent(slow_kiln.bootstrap, ["audit"])
     # Then it stays a durable subscription (the operator registered it), but its commit went
@@ -429,22 +402,13 @@ def test_offset_delete_deletes_offsets_of_topics_the_group_is_not_subscribed_to(
     altered = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, [
         ConfluentPartition(unique_topic, 0, 1), ConfluentPartition(other, 0, 2)])])
     assert altered[group].result(30).group_id == group
-    member = live_member(kiln.bootstrap, group, unique_topic)
-    try:
+    with live_member(kiln.bootstrap, group, unique_topic):
         # When kafka-python's admin client deletes the group's offsets of both topics
-        admin = KafkaAdminClient(bootstrap_servers=kiln.bootstrap)
-        try:
+        with KafkaAdminClient(bootstrap_servers=kiln.bootstrap) as admin:
             outcome = admin.delete_group_offsets(group, [KafkaPartition(unique_topic, 0),
                                                          KafkaPartition(other, 0)])
-        finally:
-            admin.close()
-        client = RawClient(kiln.bootstrap)
-        try:
+        with RawClient(kiln.bootstrap) as client:
             left = fetch_offsets(client, group, None)
-        finally:
-            client.close()
-    finally:
-        member.close()
     # Then the offset of the topic the member reads stays (GROUP_SUBSCRIBED_TO_TOPIC), the
     # other is gone
     assert {(tp.topic, error.errno) for tp, error in outcome.items()} == {
@@ -472,11 +436,8 @@ def test_offset_delete_errors_are_kafkas(kiln: RunningKiln, kafka_bootstrap: str
     assert kiln.flush()
     group = f"g-{uuid.uuid4().hex[:8]}"
     for bootstrap in (kiln.bootstrap, kafka_bootstrap):
-        client = RawClient(bootstrap)
-        try:
+        with RawClient(bootstrap) as client:
             commit_over_the_wire(client, group, {(unique_topic, 0): 1})
-        finally:
-            client.close()
     asked = [(unique_topic, 0), (unique_topic, 7), ("no-such-topic", 0)]
     # When OffsetDelete names an unknown group, the empty group id, and the group with an
     # unknown topic and partition besides its own
@@ -496,8 +457,7 @@ def test_deleting_a_durable_groups_offsets_stops_them_counting_until_it_commits_
     produce(slow_kiln.bootstrap, unique_topic, 10)
     for group in ("audit", "billing"):
         slow_kiln.call(slow_kiln.app.delivery.subscribe(unique_topic, group))
-    client = RawClient(slow_kiln.bootstrap)
-    try:
+    with RawClient(slow_kiln.bootstrap) as client:
         commit_over_the_wire(client, "billing", {(unique_topic, 0): 10})
         commit_over_the_wire(client, "audit", {(unique_topic, 0): 4})
         # When audit's offsets are deleted, and billing commits again
@@ -506,8 +466,6 @@ def test_deleting_a_durable_groups_offsets_stops_them_counting_until_it_commits_
         held = state(slow_kiln, unique_topic)
         # ... until audit commits again
         commit_over_the_wire(client, "audit", {(unique_topic, 0): 8})
-    finally:
-        client.close()
     # Then nothing more was delivered while audit had no offset, and its new commit counts
     assert (code, outcome) == (0, {(unique_topic, 0, 0)})
     assert (held.delivered_offset, held.buffered_records) == (4, 6)
@@ -565,11 +523,8 @@ def test_delete_records_held_only_in_kafka(
     produce(kiln.bootstrap, unique_topic, 10)
     assert kiln.flush()
     # When kafka-python's admin client deletes the records below offset 4
-    admin = KafkaAdminClient(bootstrap_servers=kiln.bootstrap)
-    try:
+    with KafkaAdminClient(bootstrap_servers=kiln.bootstrap) as admin:
         answer = admin.delete_records({KafkaPartition(unique_topic, 0): 4})
-    finally:
-        admin.close()
     # Then Kiln and Kafka both start at 4, and a consumer reading from the start through
     # Kiln gets the six records left
     assert {tp.partition: result["low_watermark"] for tp, result in answer.items()} == {0: 4}
@@ -585,12 +540,9 @@ def test_delete_records_across_both_tiers_and_into_a_batch(
     # in the log queue
     produce(slow_kiln.bootstrap, unique_topic, 5)
     assert slow_kiln.flush()
-    client = RawClient(slow_kiln.bootstrap)
-    try:
+    with RawClient(slow_kiln.bootstrap) as client:
         assert client.produce(unique_topic, 0, record_batch(
             [b"b%d" % i for i in range(10)])).error_code == 0
-    finally:
-        client.close()
     # When the records below offset 8 are deleted
     low_watermark = delete_records_confluent(slow_kiln.bootstrap, unique_topic, 8)
     # Then Kafka holds none of the first five, the batch stays whole in Redis but readers
@@ -671,21 +623,14 @@ def test_an_assured_producer_waiting_for_deleted_records_is_answered_success(
 def test_deleted_records_stay_deleted_after_kiln_restarts(
         redis_url: str, kafka_bootstrap: str, unique_topic: str) -> None:
     # Given six buffered records of which those below 3 were deleted
-    redis.Redis.from_url(redis_url).flushdb()
-    before = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=600_000)
-    try:
+    with fresh_kiln(redis_url, kafka_bootstrap, harden_delay_ms=600_000) as before:
         produce(before.bootstrap, unique_topic, 6)
         assert delete_records_confluent(before.bootstrap, unique_topic, 3) == 3
-    finally:
-        before.stop()
     # When Kiln starts again on the same Redis and hardens everything
-    after = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=600_000)
-    try:
+    with start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=600_000) as after:
         earliest = list_offset(after.bootstrap, unique_topic, OffsetSpec.earliest())[0]
         assert after.flush()
         read = consume_from_start(after.bootstrap, unique_topic, 3)
-    finally:
-        after.stop()
     # Then the partition still starts at 3, and Kafka never got the deleted records
     assert earliest == 3
     assert read == [(i, b"v%d" % i) for i in range(3, 6)]

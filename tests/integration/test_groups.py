@@ -31,7 +31,7 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
 from cli.local_services import LocalRedis
-from tests.kiln_harness import RunningKiln, start_kiln
+from tests.kiln_harness import RunningKiln, fresh_kiln, start_kiln
 from tests.raw_client import RawClient, record_batch
 from wire.errors import ErrorCode
 
@@ -45,10 +45,8 @@ GROUP_SETTINGS: dict[str, Any] = {
 
 @pytest.fixture
 def kiln(redis_url: str, kafka_bootstrap: str) -> Iterator[RunningKiln]:
-    redis.Redis.from_url(redis_url).flushdb()
-    running = start_kiln(redis_url, kafka_bootstrap, **GROUP_SETTINGS)
-    yield running
-    running.stop()
+    with fresh_kiln(redis_url, kafka_bootstrap, **GROUP_SETTINGS) as running:
+        yield running
 
 
 def join_request(group: str, member_id: str = "", *, session_ms: int = 10_000,
@@ -152,14 +150,11 @@ def stable_single_member_group(client: RawClient, group: str) -> tuple[str, int]
 @pytest.mark.parametrize("version", range(5))
 def test_find_coordinator_names_kiln_for_groups_and_nobody_for_transactions(
         kiln: RunningKiln, version: int) -> None:
-    client = RawClient(kiln.bootstrap)
-    try:
+    with RawClient(kiln.bootstrap) as client:
         group = client.request(FindCoordinatorRequest[version](
             key="g", key_type=0, coordinator_keys=["g", "h"]), version, FindCoordinatorResponse)
         txn = client.request(FindCoordinatorRequest[version](
             key="tx", key_type=1, coordinator_keys=["tx"]), version, FindCoordinatorResponse)
-    finally:
-        client.close()
 
     kiln_address = ("127.0.0.1", kiln.app.port)
     if version >= 4:
@@ -176,8 +171,7 @@ def test_find_coordinator_names_kiln_for_groups_and_nobody_for_transactions(
 
 
 def test_a_member_joins_syncs_heartbeats_and_is_described(kiln: RunningKiln) -> None:
-    client = RawClient(kiln.bootstrap)
-    try:
+    with RawClient(kiln.bootstrap) as client:
         asked = join(client, "g1")
         joined = join(client, "g1", asked.member_id)
         synced = sync(client, "g1", joined.generation_id, joined.member_id,
@@ -186,8 +180,6 @@ def test_a_member_joins_syncs_heartbeats_and_is_described(kiln: RunningKiln) -> 
         stale = heartbeat(client, "g1", joined.generation_id - 1, joined.member_id)
         described = describe(client, "g1")
         listed = client.request(ListGroupsRequest[4](states_filter=[]), 4, ListGroupsResponse)
-    finally:
-        client.close()
 
     assert (asked.error_code, asked.member_id.startswith("raw-test-")) == (
         E.MEMBER_ID_REQUIRED, True)
@@ -254,8 +246,7 @@ def test_a_waiting_join_does_not_hold_up_heartbeats_on_the_same_connection(
 
 def test_offsets_are_committed_to_redis_and_fetched_back(
         kiln: RunningKiln, unique_topic: str, redis_client: redis.Redis) -> None:
-    client = RawClient(kiln.bootstrap)
-    try:
+    with RawClient(kiln.bootstrap) as client:
         assert client.produce(unique_topic, 0, record_batch([b"x"] * 5)).error_code == 0
 
         codes = commit(client, "g3", {(unique_topic, 0): 3, (unique_topic, 1): 1,
@@ -265,8 +256,6 @@ def test_offsets_are_committed_to_redis_and_fetched_back(
         again = commit(client, "g3", {(unique_topic, 0): 5})
         latest = fetch_offsets(client, "g3", [(unique_topic, 0)])
         described = describe(client, "g3")
-    finally:
-        client.close()
 
     assert codes == {(unique_topic, 0): 0, (unique_topic, 1): E.UNKNOWN_TOPIC_OR_PARTITION,
                      ("no-such-topic", 0): E.UNKNOWN_TOPIC_OR_PARTITION}
@@ -284,8 +273,7 @@ def test_offsets_are_committed_to_redis_and_fetched_back(
 
 def test_a_member_commit_is_checked_against_the_group(kiln: RunningKiln,
                                                       unique_topic: str) -> None:
-    client = RawClient(kiln.bootstrap)
-    try:
+    with RawClient(kiln.bootstrap) as client:
         client.produce(unique_topic, 0, record_batch([b"x"]))
         member, generation = stable_single_member_group(client, "g4")
 
@@ -293,8 +281,6 @@ def test_a_member_commit_is_checked_against_the_group(kiln: RunningKiln,
         stale = commit(client, "g4", {(unique_topic, 0): 9}, generation - 1, member)
         stranger = commit(client, "g4", {(unique_topic, 0): 9})
         committed = fetch_offsets(client, "g4", [(unique_topic, 0)])
-    finally:
-        client.close()
 
     assert as_member == {(unique_topic, 0): 0}
     assert stale == {(unique_topic, 0): E.ILLEGAL_GENERATION}
@@ -305,21 +291,16 @@ def test_a_member_commit_is_checked_against_the_group(kiln: RunningKiln,
 def test_a_restarted_kiln_loads_the_group_and_its_members_carry_on(
         redis_url: str, kafka_bootstrap: str, unique_topic: str) -> None:
     # Given a Stable group with a committed offset, and Kiln stopped
-    redis.Redis.from_url(redis_url).flushdb()
-    before = start_kiln(redis_url, kafka_bootstrap, **GROUP_SETTINGS)
-    try:
+    with fresh_kiln(redis_url, kafka_bootstrap, **GROUP_SETTINGS) as before:
         client = RawClient(before.bootstrap)
         client.produce(unique_topic, 0, record_batch([b"x"] * 4))
         member, generation = stable_single_member_group(client, "g5")
         assert commit(client, "g5", {(unique_topic, 0): 2}, generation, member) == {
             (unique_topic, 0): 0}
         client.close()
-    finally:
-        before.stop()
 
     # When a new Kiln on the same Redis hears from the member again
-    after = start_kiln(redis_url, kafka_bootstrap, **GROUP_SETTINGS)
-    try:
+    with start_kiln(redis_url, kafka_bootstrap, **GROUP_SETTINGS) as after:
         client = RawClient(after.bootstrap)
         beat = heartbeat(client, "g5", generation, member)
         committed = fetch_offsets(client, "g5", [(unique_topic, 0)])
@@ -327,8 +308,6 @@ def test_a_restarted_kiln_loads_the_group_and_its_members_carry_on(
         described = describe(client, "g5")
         rejoined = join(client, "g5", member)
         client.close()
-    finally:
-        after.stop()
 
     # Then it is still a member of the same generation, with its offsets
     assert beat == 0

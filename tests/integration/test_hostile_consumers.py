@@ -31,8 +31,7 @@ def commit_with_metadata(client: RawClient, group: str, topic: str, metadata: st
 def test_absurd_commits_deliver_nothing_that_was_not_produced(
         kiln: RunningKiln, unique_topic: str) -> None:
     # Given 5 records and a durable subscription that commits the largest offset there is
-    client = RawClient(kiln.bootstrap)
-    try:
+    with RawClient(kiln.bootstrap) as client:
         client.produce(unique_topic, 0, record_batch([b"a"] * 5))
         kiln.call(kiln.app.delivery.subscribe(unique_topic, "absurd"))
         huge = commit(client, "absurd", {(unique_topic, 0): MAX_OFFSET})
@@ -44,8 +43,6 @@ def test_absurd_commits_deliver_nothing_that_was_not_produced(
         dropped, read = raw_fetch(client, unique_topic, [(0, 0)], 1 << 20)[0], raw_fetch(
             client, unique_topic, [(0, 5)], 1 << 20)[0]
         stored = fetch_offsets(client, "absurd", [(unique_topic, 0)])
-    finally:
-        client.close()
     state = kiln.call(kiln.app.queue.state(TopicPartition(unique_topic, 0)))
 
     # Then only the 5 records that existed at the first commit count as delivered (gone,
@@ -62,14 +59,11 @@ def test_absurd_commits_deliver_nothing_that_was_not_produced(
 
 def test_fetches_outside_the_log_are_out_of_range_and_change_nothing(
         kiln: RunningKiln, unique_topic: str) -> None:
-    client = RawClient(kiln.bootstrap)
-    try:
+    with RawClient(kiln.bootstrap) as client:
         client.produce(unique_topic, 0, record_batch([b"x"] * 3))
         below, above, unknown = raw_fetch(client, unique_topic, [(0, -5), (0, MAX_OFFSET),
                                                                  (7, 0)], 1 << 20)
         after = raw_fetch(client, unique_topic, [(0, 0)], 1 << 20)[0]
-    finally:
-        client.close()
 
     # Kafka answers an out-of-range fetch without offsets (-1): clients reset by ListOffsets
     assert (below.error_code, below.log_start_offset) == (ErrorCode.OFFSET_OUT_OF_RANGE, -1)
@@ -79,12 +73,9 @@ def test_fetches_outside_the_log_are_out_of_range_and_change_nothing(
 
 
 def test_a_join_with_an_empty_group_id_is_refused(kiln: RunningKiln) -> None:
-    client = RawClient(kiln.bootstrap)
-    try:
+    with RawClient(kiln.bootstrap) as client:
         answer = join(client, "")
         still_serving = join(client, "a-real-group")
-    finally:
-        client.close()
 
     assert answer.error_code == ErrorCode.INVALID_GROUP_ID
     assert still_serving.error_code == ErrorCode.MEMBER_ID_REQUIRED
@@ -93,14 +84,11 @@ def test_a_join_with_an_empty_group_id_is_refused(kiln: RunningKiln) -> None:
 def test_commits_under_the_empty_group_id_never_hold_records_back(
         kiln: RunningKiln, unique_topic: str) -> None:
     # Given records, a durable subscription that read them all, and commits by group ""
-    client = RawClient(kiln.bootstrap)
-    try:
+    with RawClient(kiln.bootstrap) as client:
         client.produce(unique_topic, 0, record_batch([b"x"] * 4))
         kiln.call(kiln.app.delivery.subscribe(unique_topic, "reader"))
         anonymous = commit(client, "", {(unique_topic, 0): 0})
         reader = commit(client, "reader", {(unique_topic, 0): 4})
-    finally:
-        client.close()
     subscriptions = kiln.call(kiln.app.delivery.subscriptions())
     state = kiln.call(kiln.app.queue.state(TopicPartition(unique_topic, 0)))
 

@@ -46,8 +46,7 @@ def test_naming_another_producers_id_gets_a_fresh_id_and_fences_nobody(
 
 def test_a_producer_that_lost_its_sequence_asks_again_and_gets_a_usable_id(
         slow_kiln: RunningKiln, unique_topic: str) -> None:
-    client = RawClient(slow_kiln.bootstrap)
-    try:
+    with RawClient(slow_kiln.bootstrap) as client:
         # Given a producer that wrote two batches under its id (as librdkafka and
         # kafka-python ask again, naming it, after OUT_OF_ORDER_SEQUENCE_NUMBER)
         _, pid, epoch = init_producer_id(client)
@@ -57,8 +56,6 @@ def test_a_producer_that_lost_its_sequence_asks_again_and_gets_a_usable_id(
         # When it asks for a new epoch of its id
         code, new_pid, new_epoch = init_producer_id(client, pid, epoch)
         written = client.produce(unique_topic, 0, record_batch([b"y"], (new_pid, new_epoch, 0)))
-    finally:
-        client.close()
 
     # Then it starts afresh under the id it was given, at sequence 0
     assert (code, new_epoch) == (0, 0)
@@ -69,10 +66,7 @@ def test_a_producer_that_lost_its_sequence_asks_again_and_gets_a_usable_id(
 @pytest.mark.parametrize(("producer_id", "epoch"), [(-1, 3), (42, -1)])
 def test_an_id_without_an_epoch_or_an_epoch_without_an_id_is_invalid(
         slow_kiln: RunningKiln, producer_id: int, epoch: int) -> None:
-    client = RawClient(slow_kiln.bootstrap)
-    try:
+    with RawClient(slow_kiln.bootstrap) as client:
         code, _, _ = init_producer_id(client, producer_id, epoch)
-    finally:
-        client.close()
 
     assert code == ErrorCode.INVALID_REQUEST

@@ -17,7 +17,7 @@ from prometheus_client.samples import Sample
 
 from cli.local_services import LocalRedis
 from tests.conftest import KafkaRelay
-from tests.kiln_harness import RunningKiln, start_kiln
+from tests.kiln_harness import RunningKiln, fresh_kiln, start_kiln
 
 ROUNDS, PER_ROUND = 10, 30
 
@@ -26,10 +26,8 @@ ROUNDS, PER_ROUND = 10, 30
 def held_kiln(redis_url: str, kafka_bootstrap: str) -> Iterator[RunningKiln]:
     """A fresh Kiln whose records wait a minute before hardening (so a test sees them
     buffered until it flushes), its HTTP endpoints on a free port."""
-    redis.Redis.from_url(redis_url).flushdb()
-    running = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=60_000)
-    yield running
-    running.stop()
+    with fresh_kiln(redis_url, kafka_bootstrap, harden_delay_ms=60_000) as running:
+        yield running
 
 
 def test_metrics_count_the_records_bytes_and_requests_of_a_producer(
@@ -103,8 +101,7 @@ def test_readyz_answers_503_naming_kafka_while_kafka_is_unreachable(
     # Given a Kiln reaching its broker through a relay that can be cut, ready
     redis.Redis.from_url(redis_url).flushdb()
     relay = kafka_relay.relay
-    kiln = start_kiln(redis_url, kafka_relay.bootstrap)
-    try:
+    with start_kiln(redis_url, kafka_relay.bootstrap) as kiln:
         before = get(kiln, "/readyz")
 
         # When Kafka becomes unreachable, and later reachable again
@@ -116,8 +113,6 @@ def test_readyz_answers_503_naming_kafka_while_kafka_is_unreachable(
         relay.start()
         time.sleep(1.1)
         after = get(kiln, "/readyz")
-    finally:
-        kiln.stop()
 
     # Then readiness is 503 with Kafka named only while it is away; health and metrics
     # answer throughout
@@ -175,8 +170,7 @@ def test_garbage_and_stalled_clients_cost_only_their_own_connection(
         held_kiln: RunningKiln, unique_topic: str) -> None:
     # Given a client that connects and sends nothing, held open throughout
     port = held_kiln.app.http_port
-    stalled = socket.create_connection(("127.0.0.1", port))
-    try:
+    with socket.create_connection(("127.0.0.1", port)) as stalled:
         # When clients send garbage: binary, a request line that is not HTTP, an endless
         # header, a half request then hang up
         binary = exchange(port, bytes(range(256)) * 4 + b"\r\n\r\n")
@@ -186,8 +180,6 @@ def test_garbage_and_stalled_clients_cost_only_their_own_connection(
         health = get(held_kiln, "/healthz")
         stalled.settimeout(15)
         timed_out = stalled.recv(65536)  # the request head is due within 5 s
-    finally:
-        stalled.close()
 
     # Then each gets a 4xx (the silent one when its time is up), the endpoints still
     # answer, and so does Kiln's Kafka side

@@ -11,7 +11,7 @@ from storage.log_queue import PartitionState
 from storage.model import TopicPartition
 from tests.integration.test_delivery import commit
 from tests.integration.test_produce_harden import kiln_offset, read_hardened
-from tests.kiln_harness import RunningKiln, eventually, start_kiln
+from tests.kiln_harness import RunningKiln, eventually, fresh_kiln, start_kiln
 
 LEVELS = ("reliable_persistent", "reliable_nonpersistent", "reliable_persistent")
 
@@ -84,8 +84,7 @@ def test_without_durable_subscriptions_nonpersistent_records_expire_at_the_delay
 
 def test_a_flush_completes_while_records_are_held_and_a_restart_keeps_holding_them(
         redis_url: str, kafka_bootstrap: str, unique_topic: str) -> None:
-    redis.Redis.from_url(redis_url).flushdb()
-    kiln = start_kiln(redis_url, kafka_bootstrap)
+    kiln = fresh_kiln(redis_url, kafka_bootstrap)
     # Given a held nonpersistent batch with a hardened one behind it, and a Kiln that died
     # after writing that batch to Kafka and before its pass was recorded in Redis
     kiln.call(kiln.app.delivery.subscribe(unique_topic, "readers"))
@@ -97,14 +96,11 @@ def test_a_flush_completes_while_records_are_held_and_a_restart_keeps_holding_th
     redis.Redis.from_url(redis_url).hset(meta, "hardened", 10)
 
     # When another Kiln takes over
-    successor = start_kiln(redis_url, kafka_bootstrap)
-    try:
+    with start_kiln(redis_url, kafka_bootstrap) as successor:
         recovered = eventually(lambda: state(successor, unique_topic).hardened_offset == 30)
         still_held = state(successor, unique_topic)
         commit(successor, "readers", unique_topic, 20)
         released = eventually(lambda: state(successor, unique_topic).buffered_records == 0)
-    finally:
-        successor.stop()
 
     # Then the flush did not wait for the held batch, the successor kept it until it was
     # delivered, and Kafka holds every persistent record once

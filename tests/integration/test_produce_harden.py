@@ -61,8 +61,7 @@ def test_kafka_python_records_are_hardened_in_order_with_lineage(
 
 def test_records_wait_for_the_delay_before_hardening(
         redis_url: str, kafka_bootstrap: str, unique_topic: str) -> None:
-    running = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=60_000)
-    try:
+    with start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=60_000) as running:
         producer = KafkaProducer(bootstrap_servers=running.bootstrap, acks=1)
         producer.send(unique_topic, value=b"held", partition=0).get(timeout=10)
         producer.close()
@@ -70,8 +69,6 @@ def test_records_wait_for_the_delay_before_hardening(
         early = read_hardened(kafka_bootstrap, unique_topic, 0, 1, timeout_s=1.5)
         flushed = running.flush()
         late = read_hardened(kafka_bootstrap, unique_topic, 0, 1)
-    finally:
-        running.stop()
 
     assert early == []
     assert flushed
@@ -92,13 +89,10 @@ def test_acks_all_is_answered_only_once_hardened(
 
 def test_unknown_topic_refused_when_auto_create_is_off(
         redis_url: str, kafka_bootstrap: str, unique_topic: str) -> None:
-    running = start_kiln(redis_url, kafka_bootstrap, auto_create_topics=False)
-    try:
+    with start_kiln(redis_url, kafka_bootstrap, auto_create_topics=False) as running:
         client = RawClient(running.bootstrap)
         answer = client.produce(unique_topic, 0, record_batch([b"x"]))
         client.close()
-    finally:
-        running.stop()
 
     assert answer.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 

@@ -12,7 +12,7 @@ from kafka.admin import KafkaAdminClient
 from storage.model import TopicPartition as KilnTopicPartition
 from tests.integration.consumers import BEGINNING, consume_kafka_python
 from tests.integration.test_produce_harden import read_hardened
-from tests.kiln_harness import RunningKiln, start_kiln
+from tests.kiln_harness import RunningKiln, fresh_kiln, start_kiln
 from tests.raw_client import RawClient, record_batch
 from wire.batch import HEADER, HEADER_SIZE, LOG_OVERHEAD, set_crc
 from wire.errors import ErrorCode
@@ -47,8 +47,7 @@ def headed_batch(values: list[bytes]) -> bytes:
 
 def test_a_batch_claiming_more_records_than_it_holds_changes_nothing(
         kiln: RunningKiln, redis_url: str, unique_topic: str) -> None:
-    client = RawClient(kiln.bootstrap)
-    try:
+    with RawClient(kiln.bootstrap) as client:
         # Given a partition holding three records
         first = client.produce(unique_topic, 0, record_batch([b"a", b"b", b"c"]))
 
@@ -56,8 +55,6 @@ def test_a_batch_claiming_more_records_than_it_holds_changes_nothing(
         lying = client.produce(unique_topic, 0, lying_batch())
         next_after_lie = partition_next_offset(redis_url, unique_topic)
         good = client.produce(unique_topic, 0, record_batch([b"d", b"e"]))
-    finally:
-        client.close()
 
     # Then the lie is refused and moves nothing; the good batch lands right after the first
     assert (first.error_code, first.base_offset) == (0, 0)
@@ -71,19 +68,13 @@ def test_a_batch_claiming_more_records_than_it_holds_changes_nothing(
 
 def test_a_corrupt_batch_to_an_unknown_topic_does_not_create_it(
         kiln: RunningKiln, kafka_bootstrap: str, unique_topic: str) -> None:
-    client = RawClient(kiln.bootstrap)
-    try:
+    with RawClient(kiln.bootstrap) as client:
         answer = client.produce(unique_topic, 0, lying_batch())
-    finally:
-        client.close()
 
     assert answer.error_code == ErrorCode.INVALID_RECORD
     assert kiln.call(kiln.app.catalog.lookup(unique_topic, allow_create=False)) is None
-    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-    try:
+    with KafkaAdminClient(bootstrap_servers=kafka_bootstrap) as admin:
         assert unique_topic not in admin.list_topics()
-    finally:
-        admin.close()
 
 
 def test_a_clients_own_kiln_offset_header_never_passes_for_kilns_lineage(
@@ -91,14 +82,9 @@ def test_a_clients_own_kiln_offset_header_never_passes_for_kilns_lineage(
     # Given 100 records on a fresh topic, each with a client header kiln.offset = 999999
     # (a batch large enough to be forwarded whole), hardened and trimmed from Redis
     values = [b"mirrored-%d" % i for i in range(100)]
-    redis.Redis.from_url(redis_url).flushdb()
-    first = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=600_000)
-    try:
-        client = RawClient(first.bootstrap)
-        try:
+    with fresh_kiln(redis_url, kafka_bootstrap, harden_delay_ms=600_000) as first:
+        with RawClient(first.bootstrap) as client:
             answer = client.produce(unique_topic, 0, headed_batch(values))
-        finally:
-            client.close()
         assert (answer.error_code, answer.base_offset) == (0, 0)
         assert first.flush()
         assert first.call(first.app.queue.start_offset(
@@ -108,20 +94,12 @@ def test_a_clients_own_kiln_offset_header_never_passes_for_kilns_lineage(
         in_kafka = read_hardened(kafka_bootstrap, unique_topic, 0, 100)
         through_kiln = consume_kafka_python(first.bootstrap, unique_topic, 0, BEGINNING, 100,
                                             30)
-    finally:
-        first.stop()
     # ...and a restarted Kiln hardens 100 more
-    restarted = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=600_000)
-    try:
-        client = RawClient(restarted.bootstrap)
-        try:
+    with start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=600_000) as restarted:
+        with RawClient(restarted.bootstrap) as client:
             more = client.produce(unique_topic, 0,
                                   record_batch([b"after-%d" % i for i in range(100)]))
-        finally:
-            client.close()
         assert restarted.flush()
-    finally:
-        restarted.stop()
     everything = read_hardened(kafka_bootstrap, unique_topic, 0, 200)
 
     # Then (a) Kafka's records name their true Kiln offsets, the client's header kept

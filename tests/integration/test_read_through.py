@@ -35,7 +35,7 @@ from tests.integration.consumers import (
     consume_confluent,
     consume_kafka_python,
 )
-from tests.kiln_harness import RunningKiln, start_kiln
+from tests.kiln_harness import RunningKiln, fresh_kiln, start_kiln
 from tests.raw_client import RawClient
 from wire.errors import ErrorCode
 from wire.lineage import kiln_offset_header
@@ -133,9 +133,7 @@ def test_a_consumer_reading_while_records_are_hardened_under_it_misses_nothing(
         redis_url: str, kafka_bootstrap: str, unique_topic: str) -> None:
     # Given a Kiln that hardens after 20 ms, 500 records already hardened, and a consumer
     # that reads from the beginning in small fetches
-    redis.Redis.from_url(redis_url).flushdb()
-    kiln = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=20)
-    try:
+    with fresh_kiln(redis_url, kafka_bootstrap, harden_delay_ms=20) as kiln:
         records = make_records(2000)
         offsets = produce(kiln, unique_topic, records[:500])
         assert kiln.flush()
@@ -148,8 +146,6 @@ def test_a_consumer_reading_while_records_are_hardened_under_it_misses_nothing(
             time.sleep(0.02)
         consumed = reader.result(timeout=120)
         cold = kiln.app.cold.counters
-    finally:
-        kiln.stop()
 
     # Then it read every record once, in order, from Kafka first, whichever tier each one
     # came from
@@ -257,8 +253,7 @@ def test_while_kafka_is_unreachable_cold_reads_fail_retriably_and_resume_after(
     # reaching Kafka through a relay that can be cut
     redis.Redis.from_url(redis_url).flushdb()
     relay = kafka_relay.relay
-    kiln = start_kiln(redis_url, kafka_relay.bootstrap, harden_delay_ms=600_000)
-    try:
+    with start_kiln(redis_url, kafka_relay.bootstrap, harden_delay_ms=600_000) as kiln:
         create_topic(kiln, unique_topic, 2)
         records = make_records(300)
         offsets = produce(kiln, unique_topic, records, partition=0)
@@ -277,8 +272,6 @@ def test_while_kafka_is_unreachable_cold_reads_fail_retriably_and_resume_after(
         time.sleep(3)
         relay.start()
         consumed = reader.result(timeout=90)
-    finally:
-        kiln.stop()
 
     # Then the hardened partition answers a retriable error, the other one its records,
     # and the consumer, having waited without failing, reads everything once, in order

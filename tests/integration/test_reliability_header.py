@@ -42,16 +42,13 @@ def test_the_header_sets_the_batch_level_within_the_topic_maximum(
         slow_kiln: RunningKiln, unique_topic: str) -> None:
     # Given a topic whose default is reliable_persistent and maximum reliable_persistent
     create(slow_kiln.bootstrap, unique_topic, {"kiln.max.reliability": "reliable_persistent"})
-    client = RawClient(slow_kiln.bootstrap)
-    try:
+    with RawClient(slow_kiln.bootstrap) as client:
         # When batches ask for express, for nothing, for more than the maximum, for two
         # levels at once, and for a level that does not exist
         codes = [client.produce(unique_topic, 0, batch_asking(*levels)).error_code
                  for levels in ([b"express"], [None], [b"assured_persistent"],
                                 [b"best_effort", None, b"reliable_nonpersistent"])]
         unknown = client.produce(unique_topic, 0, batch_asking(b"platinum"))
-    finally:
-        client.close()
 
     # Then each is stored at the level asked for, capped, the strongest named in a batch;
     # the unknown one is refused and stores nothing
@@ -67,11 +64,8 @@ def test_the_header_is_ignored_where_producers_may_not_override(
         slow_kiln: RunningKiln, unique_topic: str) -> None:
     create(slow_kiln.bootstrap, unique_topic, {"kiln.producer.override": "false",
                                                "kiln.reliability": "express"})
-    client = RawClient(slow_kiln.bootstrap)
-    try:
+    with RawClient(slow_kiln.bootstrap) as client:
         code = client.produce(unique_topic, 0, batch_asking(b"best_effort")).error_code
-    finally:
-        client.close()
 
     assert code == 0
     assert stored_levels(slow_kiln, unique_topic) == [Reliability.EXPRESS]

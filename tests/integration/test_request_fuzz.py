@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import redis
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
@@ -71,7 +70,7 @@ from kafka.protocol.schemas.fields.struct_array import StructArrayField
 from proxy.handlers.error_messages import MAX_MESSAGE_CHARS
 from storage.kafka.client import KafkaClient
 from tests.integration.consumers import consume_kafka_python
-from tests.kiln_harness import RunningKiln, eventually, start_kiln
+from tests.kiln_harness import RunningKiln, eventually, fresh_kiln
 from tests.raw_client import RawClient, record_batch
 from wire import apis
 from wire.apis import CLIENT_APIS, ApiKey, ApiSpec
@@ -699,10 +698,8 @@ class Fuzzer:
 def fuzz_kiln(redis_url: str, kafka_bootstrap: str) -> Iterator[RunningKiln]:
     """One Kiln for the module (empty Redis at its start): the fuzzed requests build on the
     state the earlier ones left."""
-    redis.Redis.from_url(redis_url).flushdb()
-    running = start_kiln(redis_url, kafka_bootstrap, **KILN_SETTINGS)
-    yield running
-    running.stop()
+    with fresh_kiln(redis_url, kafka_bootstrap, **KILN_SETTINGS) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -722,8 +719,7 @@ SENTINEL_VALUES = [f"sentinel-{i}".encode() for i in range(20)]
 def fuzzer(fuzz_kiln: RunningKiln, kiln_log: KilnLog) -> Iterator[Fuzzer]:
     """Kiln with the pools' data in place: the data topic (3 partitions, records in each)
     and the sentinel topic's records, which no fuzzed request names."""
-    client = RawClient(fuzz_kiln.bootstrap)
-    try:
+    with RawClient(fuzz_kiln.bootstrap) as client:
         topic = CreateTopicsRequest.CreatableTopic
         created = client.request(CreateTopicsRequest[7](
             topics=[topic(name=POOLS.data_topic, num_partitions=3, replication_factor=-1,
@@ -736,8 +732,6 @@ def fuzzer(fuzz_kiln: RunningKiln, kiln_log: KilnLog) -> Iterator[Fuzzer]:
             assert answer.error_code == 0, answer
         answer = client.produce(POOLS.sentinel_topic, 0, record_batch(SENTINEL_VALUES))
         assert answer.error_code == 0, answer
-    finally:
-        client.close()
     running = Fuzzer(fuzz_kiln, kiln_log)
     yield running
     running.client.close()
@@ -766,11 +760,8 @@ def test_kiln_is_healthy_after_the_fuzz(fuzzer: Fuzzer, fuzz_kiln: RunningKiln,
     planned = sum(examples_for(api) for api, _ in CASES)
     # When a producer writes to a new topic and consumers read it, and the sentinel topic
     topic = f"fz-{POOLS.token}-after"
-    client = RawClient(fuzz_kiln.bootstrap)
-    try:
+    with RawClient(fuzz_kiln.bootstrap) as client:
         produced = client.produce(topic, 0, record_batch([b"after-1", b"after-2"]), acks=-1)
-    finally:
-        client.close()
     read = consume_kafka_python(fuzz_kiln.bootstrap, topic, 0, 0, 2)
     sentinel = consume_kafka_python(fuzz_kiln.bootstrap, POOLS.sentinel_topic, 0, 0,
                                     len(SENTINEL_VALUES))
@@ -794,11 +785,8 @@ def test_kiln_is_healthy_after_the_fuzz(fuzzer: Fuzzer, fuzz_kiln: RunningKiln,
 # --- regressions: what the fuzz found, one request each -------------------------------------
 
 def _request(bootstrap: str, message: Any, version: int, response: Any) -> Any:
-    client = RawClient(bootstrap)
-    try:
+    with RawClient(bootstrap) as client:
         return client.request(message, version, response)
-    finally:
-        client.close()
 
 
 def _create_topic(bootstrap: str, name: str, partitions: int) -> None:
@@ -814,13 +802,10 @@ def _second_partition_written(bootstrap: str) -> str:
     """A new topic of two partitions, records in the second."""
     topic = f"fz-{POOLS.token}-del-{uuid.uuid4().hex[:6]}"
     _create_topic(bootstrap, topic, 2)
-    client = RawClient(bootstrap)
-    try:
+    with RawClient(bootstrap) as client:
         # Kafka's new partition takes a moment to have a leader.
         assert eventually(lambda: client.produce(
             topic, 1, record_batch([b"a", b"b"])).error_code == 0)
-    finally:
-        client.close()
     return topic
 
 

@@ -29,12 +29,9 @@ def test_redis_is_real(redis_client: redis.Redis) -> None:
 
 
 def test_broker_is_real(kafka_bootstrap: str, unique_topic: str) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap, request_timeout_ms=10_000)
-    try:
+    with KafkaAdminClient(bootstrap_servers=kafka_bootstrap, request_timeout_ms=10_000) as admin:
         admin.create_topics([NewTopic(unique_topic, num_partitions=1, replication_factor=1)])
         assert unique_topic in admin.list_topics()
-    finally:
-        admin.close()
 
     sent = [(f"k{i}".encode(), f"value-{i}".encode()) for i in range(RECORDS)]
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all", linger_ms=0)

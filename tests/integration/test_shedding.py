@@ -7,11 +7,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
-import redis
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from storage.model import TopicPartition
-from tests.kiln_harness import RunningKiln, eventually, start_kiln
+from tests.kiln_harness import RunningKiln, eventually, fresh_kiln
 from tests.raw_client import RawClient, record_batch
 
 KB = 1024
@@ -21,11 +20,9 @@ VALUE = b"v" * (100 * KB)
 
 @pytest.fixture
 def small_kiln(redis_url: str, kafka_bootstrap: str) -> Iterator[RunningKiln]:
-    redis.Redis.from_url(redis_url).flushdb()
-    running = start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=600_000,
-                         buffer_budget_bytes=BUDGET)
-    yield running
-    running.stop()
+    with fresh_kiln(redis_url, kafka_bootstrap, harden_delay_ms=600_000,
+                    buffer_budget_bytes=BUDGET) as running:
+        yield running
 
 
 def create(bootstrap: str, topic: str, level: str) -> None:
@@ -53,8 +50,7 @@ def test_best_effort_then_express_are_shed_as_the_buffer_fills(
     create(kiln.bootstrap, reliable, "reliable_persistent")
     create(kiln.bootstrap, express, "express")
     create(kiln.bootstrap, best_effort, "best_effort")
-    client = RawClient(kiln.bootstrap)
-    try:
+    with RawClient(kiln.bootstrap) as client:
         # Given a buffer 85 % full: 12 reliable, 3 express and 2 best_effort records of 100 KB
         produce(client, reliable, 12)
         produce(client, express, 3)
@@ -72,8 +68,6 @@ def test_best_effort_then_express_are_shed_as_the_buffer_fills(
         express_shed = eventually(lambda: buffered(kiln, express) == 0)
         time.sleep(1.5)
         reliable_left = buffered(kiln, reliable)
-    finally:
-        client.close()
 
     assert best_effort_shed
     assert after_first == (12, 3)

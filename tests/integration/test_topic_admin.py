@@ -38,7 +38,7 @@ from tests.compat.clients import read_hardened
 from tests.compat.java import commit_offsets, committed_offsets
 from tests.conftest import KafkaRelay, SessionBroker, _start_local
 from tests.integration.consumers import BEGINNING, consume_kafka_python
-from tests.kiln_harness import RunningKiln, start_kiln
+from tests.kiln_harness import RunningKiln, fresh_kiln
 from tests.raw_client import RawClient, record_batch
 from wire.errors import ErrorCode
 
@@ -57,13 +57,10 @@ def kafka_partitions(kafka_bootstrap: str, topic: str) -> int | None:
 
 def kiln_partitions(kiln: RunningKiln, topic: str) -> int | None:
     """The partition count Kiln's Metadata gives `topic` (asked without auto-creation)."""
-    admin = KafkaAdminClient(bootstrap_servers=kiln.bootstrap)
-    try:
+    with KafkaAdminClient(bootstrap_servers=kiln.bootstrap) as admin:
         if topic not in admin.list_topics():
             return None
         [described] = admin.describe_topics([topic])
-    finally:
-        admin.close()
     return len(described["partitions"])
 
 
@@ -73,11 +70,8 @@ def redis_keys(client: redis.Redis, topic: str) -> list[bytes]:
 
 
 def request(bootstrap: str, body: Any, version: int, response: Any) -> Any:
-    client = RawClient(bootstrap, timeout_s=60)
-    try:
+    with RawClient(bootstrap, timeout_s=60) as client:
         return client.request(body, version, response)
-    finally:
-        client.close()
 
 
 def kiln_topic_id(kiln: RunningKiln, topic: str) -> uuid.UUID:
@@ -128,14 +122,11 @@ def create_through(bootstrap: str, topic: str, partitions: int) -> None:
 def produce(bootstrap: str, topic: str, per_partition: dict[int, int], prefix: bytes = b"v"
             ) -> None:
     """Records acknowledged on append (acks=1), one batch each."""
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1)
-    try:
+    with KafkaProducer(bootstrap_servers=bootstrap, acks=1) as producer:
         for partition, count in per_partition.items():
             for i in range(count):
                 producer.send(topic, value=prefix + b"-%d-%d" % (partition, i),
                               partition=partition).get(timeout=15)
-    finally:
-        producer.close()
 
 
 def buffered(kiln: RunningKiln, topic: str, partitions: int) -> list[int]:
@@ -191,14 +182,11 @@ def test_a_topic_created_again_after_its_deletion_starts_at_offset_zero_with_its
     produce(slow_kiln.bootstrap, unique_topic, {0: 4}, prefix=b"old")
     assert slow_kiln.flush()
     produce(slow_kiln.bootstrap, unique_topic, {0: 2}, prefix=b"old-buffered")
-    admin = KafkaAdminClient(bootstrap_servers=slow_kiln.bootstrap)
-    try:
+    with KafkaAdminClient(bootstrap_servers=slow_kiln.bootstrap) as admin:
         admin.delete_topics([unique_topic])
         # When it is created again under the same name, and 2 records are produced and
         # hardened
         admin.create_topics([NewTopic(unique_topic, 1, 1)])
-    finally:
-        admin.close()
     produce(slow_kiln.bootstrap, unique_topic, {0: 2}, prefix=b"new")
     assert slow_kiln.flush()
 
@@ -217,11 +205,8 @@ def test_a_hardening_pass_that_began_before_the_deletion_does_not_create_the_top
     produce(slow_kiln.bootstrap, unique_topic, {1: 2})
     config = slow_kiln.call(slow_kiln.app.catalog.registry.get(unique_topic))
     assert config is not None
-    admin = KafkaAdminClient(bootstrap_servers=slow_kiln.bootstrap)
-    try:
+    with KafkaAdminClient(bootstrap_servers=slow_kiln.bootstrap) as admin:
         admin.delete_topics([unique_topic])
-    finally:
-        admin.close()
 
     # When that pass makes sure Kafka has the topic before it writes (what the hardener's
     # recovery does)
@@ -241,11 +226,8 @@ def test_a_topic_whose_deletion_is_under_way_is_not_created_in_kafka_by_the_hard
     create_through(slow_kiln.bootstrap, unique_topic, 1)
     config = slow_kiln.call(slow_kiln.app.catalog.registry.get(unique_topic))
     assert config is not None
-    kafka_admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-    try:
+    with KafkaAdminClient(bootstrap_servers=kafka_bootstrap) as kafka_admin:
         kafka_admin.delete_topics([unique_topic])
-    finally:
-        kafka_admin.close()
     slow_kiln.call(slow_kiln.app.catalog.registry.deletion_started(unique_topic, 1, 0))
 
     # When the hardener makes sure Kafka has the topic
@@ -273,11 +255,8 @@ def test_a_producer_waiting_for_its_records_to_be_safe_is_told_the_topic_is_gone
     assert buffered(slow_kiln, unique_topic, 1) == [1]
 
     # When the topic is deleted through Kiln
-    admin = KafkaAdminClient(bootstrap_servers=slow_kiln.bootstrap)
-    try:
+    with KafkaAdminClient(bootstrap_servers=slow_kiln.bootstrap) as admin:
         admin.delete_topics([unique_topic])
-    finally:
-        admin.close()
     waiting.join(30)
     producer.close()
 
@@ -294,11 +273,8 @@ def test_a_topic_only_kafka_has_is_deleted_in_kafka(
     create_through(kafka_bootstrap, unique_topic, 2)
 
     # When kafka-python's admin client deletes it through Kiln
-    admin = KafkaAdminClient(bootstrap_servers=kiln.bootstrap)
-    try:
+    with KafkaAdminClient(bootstrap_servers=kiln.bootstrap) as admin:
         result = admin.delete_topics([unique_topic])
-    finally:
-        admin.close()
 
     # Then it is deleted in Kafka, and Kiln, which never had it, holds nothing of it
     assert [(t["name"], t["error_code"]) for t in result["topics"]] == [(unique_topic, 0)]
@@ -314,11 +290,8 @@ def test_a_topic_is_deleted_by_the_id_kiln_gives_it(
     topic_id = kiln_topic_id(kiln, unique_topic)
 
     # When kafka-python's admin client deletes it by that id (DeleteTopics v6)
-    admin = KafkaAdminClient(bootstrap_servers=kiln.bootstrap)
-    try:
+    with KafkaAdminClient(bootstrap_servers=kiln.bootstrap) as admin:
         result = admin.delete_topics([topic_id])
-    finally:
-        admin.close()
 
     # Then the answer names the topic and its id, and neither side has it any more
     assert [(t["name"], t["topic_id"], t["error_code"]) for t in result["topics"]] == [
@@ -353,10 +326,8 @@ def test_deleting_unknown_topics_is_refused_as_kafka_refuses_it(
 @pytest.fixture
 def relayed_kiln(redis_url: str, kafka_relay: KafkaRelay) -> Iterator[RunningKiln]:
     """A fresh Kiln whose Kafka is reached through a relay the test can cut."""
-    redis.Redis.from_url(redis_url).flushdb()
-    running = start_kiln(redis_url, kafka_relay.bootstrap, harden_delay_ms=600_000)
-    yield running
-    running.stop()
+    with fresh_kiln(redis_url, kafka_relay.bootstrap, harden_delay_ms=600_000) as running:
+        yield running
 
 
 def test_delete_while_kafka_is_unreachable_deletes_nothing(
@@ -390,11 +361,8 @@ def test_added_partitions_exist_in_both_and_carry_records_to_kafka(
     create_through(kiln.bootstrap, unique_topic, 2)
 
     # When kafka-python's admin client grows it to 4 through Kiln
-    admin = KafkaAdminClient(bootstrap_servers=kiln.bootstrap)
-    try:
+    with KafkaAdminClient(bootstrap_servers=kiln.bootstrap) as admin:
         admin.create_partitions({unique_topic: NewPartitions(4)})
-    finally:
-        admin.close()
 
     # Then Kiln and Kafka both have 4 partitions; a record produced to the new partition 3
     # is read back through Kiln at offset 0 and is hardened to Kafka's partition 3
@@ -495,12 +463,9 @@ def test_manual_assignments_of_new_partitions_go_to_kafka(
 def test_a_topic_with_a_manual_replica_assignment_is_created_in_both(
         kiln: RunningKiln, kafka_bootstrap: str, unique_topic: str) -> None:
     # When kafka-python's admin client creates a topic with an assignment for 3 partitions
-    admin = KafkaAdminClient(bootstrap_servers=kiln.bootstrap)
-    try:
+    with KafkaAdminClient(bootstrap_servers=kiln.bootstrap) as admin:
         result = admin.create_topics([NewTopic(unique_topic, replica_assignments={
             p: [KAFKA_BROKER_ID] for p in range(3)})])
-    finally:
-        admin.close()
 
     # Then it succeeds, and Kiln and Kafka both have the topic with 3 partitions
     assert [(t["name"], t["error_code"]) for t in result["topics"]] == [(unique_topic, 0)]
@@ -614,15 +579,11 @@ def test_an_auto_created_topic_gets_the_default_partition_count(
     # Given a Kiln in front of a Kafka whose num.partitions is 3, with Kiln's own default
     # unset or set to 2
     assert broker_num_partitions(kafka_with_three_partitions) == NUM_PARTITIONS
-    redis.Redis.from_url(redis_url).flushdb()
-    kiln = start_kiln(redis_url, kafka_with_three_partitions,
-                      default_partitions=default_partitions)
-    try:
+    with fresh_kiln(redis_url, kafka_with_three_partitions,
+                    default_partitions=default_partitions) as kiln:
         # When a producer sends to a topic nobody created
         produce(kiln.bootstrap, unique_topic, {0: 1})
 
         # Then Kiln created it with that many partitions, in Kiln and in Kafka
         assert kiln_partitions(kiln, unique_topic) == expected
         assert kafka_partitions(kafka_with_three_partitions, unique_topic) == expected
-    finally:
-        kiln.stop()

@@ -109,14 +109,11 @@ def kiln_fence(bootstrap: str, topic: str, partition: int) -> None:
 
 def end_offsets(bootstrap: str, topic: str, partitions: int) -> list[int]:
     """Each partition's high watermark (markers included)."""
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap,
-                                         "group.id": "spark-tests-ends", "log_level": 3})
-    try:
+    with confluent_kafka.Consumer({"bootstrap.servers": bootstrap,
+                                   "group.id": "spark-tests-ends", "log_level": 3}) as consumer:
         return [consumer.get_watermark_offsets(
             confluent_kafka.TopicPartition(topic, p), timeout=15)[1]
             for p in range(partitions)]
-    finally:
-        consumer.close()
 
 
 class KeyedProducerLoop(ProducerLoop):
