@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -343,7 +343,8 @@ class Hardener:
             # Crashed after writing to Kafka and before finishing the pass: its records are
             # in Kafka (counted as hardened, the few delivered or expired among them too);
             # the batches leave with the next pass, except those held until delivered.
-            await self._queue.finish_pass(tp, state.incarnation, trim_below=0,
+            await self._queue.finish_pass(tp, state.incarnation, owner=self._settings.owner,
+                                          trim_below=0,
                                           hardened_below=in_kafka,
                                           written_records=in_kafka - state.hardened_offset)
         if state.incarnation:
@@ -381,7 +382,8 @@ class Hardener:
         result = NOTHING_WRITTEN
         if plan.to_write:
             started = time.monotonic()
-            result = await writer.write(plan.to_write, plan.write_from)
+            async with self._lease_kept(tp):
+                result = await writer.write(plan.to_write, plan.write_from)
             self._delay.kafka_write((time.monotonic() - started) * 1000, self._clock())
             self.counters.records_hardened += result.records
             self.counters.records_forwarded += result.forwarded_records
@@ -392,12 +394,40 @@ class Hardener:
             if self.counters.on_written is not None:
                 self.counters.on_written(tp.topic, plan.to_write, self._clock())
         await self._queue.finish_pass(
-            tp, read.incarnation, trim_below=plan.trim_below,
+            tp, read.incarnation, owner=self._settings.owner, trim_below=plan.trim_below,
             hardened_below=plan.decided_below, written_records=result.records,
             written_bytes=result.bytes, delivered_records=plan.delivered_records,
             expired_records=plan.expired_records)
         self._waiters.settled(tp, read.incarnation, plan.decided_below)
         return max(decided_below, plan.decided_below)
+
+    @contextlib.asynccontextmanager
+    async def _lease_kept(self, tp: TopicPartition) -> AsyncIterator[None]:
+        """Renew the partition's lease while a write runs: a write slower than the lease
+        (a large backlog, a slow Kafka) must not let another process take over a live
+        writer. Renewal ends when the lease changed hands; the new owner fences Kafka, so
+        this write's remaining requests fail, and its pass is not finished (Fenced)."""
+        async def renew() -> Lease:
+            while True:
+                await asyncio.sleep(self._settings.lease_ms / 4000)
+                try:
+                    lease = await self._queue.acquire_lease(tp, self._settings.owner,
+                                                            self._settings.lease_ms)
+                except BufferUnavailable:
+                    continue
+                if lease is not Lease.HELD:
+                    return lease
+
+        renewing = asyncio.create_task(renew(), name=f"kiln-lease-{tp.topic}/{tp.partition}")
+        try:
+            yield
+        finally:
+            lost = renewing.done() and not renewing.cancelled() \
+                and renewing.exception() is None
+            await stop_task(renewing)
+        if lost:
+            raise Fenced(f"{tp.topic}/{tp.partition}: another Kiln process took the lease "
+                         "over during a write")
 
     async def _release(self, tp: TopicPartition, state: PartitionState, decided_below: int
                        ) -> bool:
@@ -411,7 +441,8 @@ class Hardener:
                                 subscribed=await self._subscribed(tp.topic, read.batches))
             if plan.trim_below:
                 await self._queue.finish_pass(
-                    tp, read.incarnation, trim_below=plan.trim_below,
+                    tp, read.incarnation, owner=self._settings.owner,
+                    trim_below=plan.trim_below,
                     hardened_below=decided_below, delivered_records=plan.delivered_records,
                     expired_records=plan.expired_records)
             if plan.blocked or not read.batches \

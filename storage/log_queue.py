@@ -46,7 +46,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, RedisError
 
 from storage import redis_pool
-from storage.errors import BufferUnavailable, PartitionLost
+from storage.errors import BufferUnavailable, Fenced, PartitionLost
 from storage.model import Reliability, StoredBatch, TopicPartition
 from wire.batch import read_header
 from wire.errors import ErrorCode
@@ -186,10 +186,13 @@ end
 # ARGV[1] (0: none), advance the hardened mark to ARGV[2], and count what the pass decided:
 # ARGV[3] records written to Kafka (ARGV[4] bytes), ARGV[5] delivered and ARGV[6] expired
 # (never to be hardened). The pass read incarnation ARGV[7]; if Redis lost the partition
-# since, nothing is touched (returns -1). Returns the records removed.
+# since, nothing is touched (returns -1), nor if ARGV[8] is no longer the partition's writer
+# (KEYS[3]: its lease was taken over while it was paused; returns -2). Returns the records
+# removed.
 _FINISH_PASS = _TRIM_PREFIX + """
 local log, meta = KEYS[1], KEYS[2]
 if redis.call('HGET', meta, 'inc') ~= ARGV[7] then return -1 end
+if redis.call('GET', KEYS[3]) ~= ARGV[8] then return -2 end
 local b0, b1 = trim_prefix(log, meta, tonumber(ARGV[1]))
 local counters = {'hardened_records', 'hardened_bytes', 'delivered_records', 'expired_records'}
 for i, name in ipairs(counters) do
@@ -693,26 +696,30 @@ class LogQueue:
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
 
-    async def finish_pass(self, tp: TopicPartition, incarnation: str, *, trim_below: int,
-                          hardened_below: int, written_records: int = 0,
+    async def finish_pass(self, tp: TopicPartition, incarnation: str, *, owner: str,
+                          trim_below: int, hardened_below: int, written_records: int = 0,
                           written_bytes: int = 0, delivered_records: int = 0,
                           expired_records: int = 0) -> int:
-        """A hardening pass (by the caller, who holds the partition's lease) is done: drop
+        """A hardening pass by `owner`, the partition's writer (acquire_lease), is done: drop
         the whole batches below `trim_below` (0: none), advance the hardened mark to
         `hardened_below` and count what the pass decided. Returns the records removed (fewer
         when delivered-record removal took some first). Raises PartitionLost when Redis lost
-        the partition since `incarnation` was read: the marks of its new incarnation are
-        not the caller's."""
+        the partition since `incarnation` was read (the marks of its new incarnation are
+        not the caller's), Fenced when another owner took the lease over (a paused owner
+        that wakes changes nothing its successor decides)."""
         try:
             removed = int(await self._finish_pass(
-                keys=[_key(tp, "log"), _key(tp, "meta")],
+                keys=[_key(tp, "log"), _key(tp, "meta"), _key(tp, "writer")],
                 args=[trim_below, hardened_below, written_records, written_bytes,
-                      delivered_records, expired_records, incarnation]))
+                      delivered_records, expired_records, incarnation, owner]))
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
-        if removed < 0:
+        if removed == -1:
             raise PartitionLost(f"{tp.topic}/{tp.partition}: Redis lost the partition's state "
                                 f"(incarnation {incarnation!r}) while it was hardened")
+        if removed < 0:
+            raise Fenced(f"{tp.topic}/{tp.partition}: another Kiln process took over its "
+                         f"hardening from {owner}")
         return removed
 
     async def deliver(self, group: str, offsets: Mapping[TopicPartition, int],

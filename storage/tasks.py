@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 log = logging.getLogger(__name__)
 
 
-async def stop_task(task: asyncio.Task[None], grace_s: float = 5.0) -> None:
+async def stop_task(task: asyncio.Task[Any], grace_s: float = 5.0) -> None:
     """Cancel `task` and wait for it, at most `grace_s`.
 
     Client libraries sometimes swallow a cancellation that lands inside them; the loops

@@ -11,8 +11,8 @@ from typing import TypeVar
 import redis
 
 from storage import redis_pool
-from storage.errors import PartitionLost
-from storage.log_queue import AppendBatch, AppendRequest, AppendResult, LogQueue
+from storage.errors import Fenced, PartitionLost
+from storage.log_queue import AppendBatch, AppendRequest, AppendResult, Lease, LogQueue
 from storage.model import Reliability, TopicPartition
 from storage.topics import new_topic, with_kiln_configs
 from tests.raw_client import record_batch
@@ -75,7 +75,7 @@ def test_a_new_incarnation_is_told_apart_and_a_pass_over_the_old_one_trims_nothi
         new = await append(queue, batch([b"b"]))
         # When the hardener finishes its pass over what it read
         try:
-            await queue.finish_pass(TP, read.incarnation,
+            await queue.finish_pass(TP, read.incarnation, owner="hardener",
                                     trim_below=read.batches[-1].next_offset,
                                     hardened_below=read.batches[-1].next_offset,
                                     written_records=1, written_bytes=1)
@@ -90,6 +90,43 @@ def test_a_new_incarnation_is_told_apart_and_a_pass_over_the_old_one_trims_nothi
     assert old and new and old != new
     assert refused
     assert buffered == 1
+
+
+def test_a_pass_by_a_paused_owner_whose_lease_was_taken_over_changes_nothing(
+        redis_client: redis.Redis, redis_url: str) -> None:
+    # Given a partition hardened by A, who read its batches and then paused past its lease,
+    # and B, who took the lease over
+    async def scenario(queue: LogQueue) -> tuple[Lease, bool, tuple[int, int, int], int]:
+        redis_client.flushdb()
+        await queue.initialize(TP, 0)
+        await append(queue, batch([b"a", b"b"]))
+        assert await queue.acquire_lease(TP, "A", 50) is Lease.HELD
+        read = await queue.read(TP, 1 << 20)
+        await asyncio.sleep(0.1)
+        taken = await queue.acquire_lease(TP, "B", 10_000)
+        # When A wakes and finishes its pass (it wrote the batches, it says)
+        end = read.batches[-1].next_offset
+        try:
+            await queue.finish_pass(TP, read.incarnation, owner="A", trim_below=end,
+                                    hardened_below=end, written_records=2, written_bytes=9)
+            fenced = False
+        except Fenced:
+            fenced = True
+        state = await queue.state(TP)
+        # B's own pass is taken
+        removed = await queue.finish_pass(TP, read.incarnation, owner="B", trim_below=end,
+                                          hardened_below=end, written_records=2,
+                                          written_bytes=9)
+        return taken, fenced, (state.hardened_offset, state.buffered_records,
+                               state.hardened_records), removed
+
+    taken, fenced, (hardened, buffered, counted), removed = run(redis_url, scenario)
+
+    # Then A is told it was fenced and nothing of its pass happened: no trim, no mark moved,
+    # nothing counted; B's pass does all of it
+    assert (taken, fenced) == (Lease.TAKEN_OVER, True)
+    assert (hardened, buffered, counted) == (0, 2, 0)
+    assert removed == 2
 
 
 def test_a_request_whose_second_batch_is_out_of_sequence_stores_nothing(
