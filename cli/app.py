@@ -28,6 +28,7 @@ from storage.groups.store import GroupStore
 from storage.hardener import Hardener, HardenerSettings
 from storage.kafka.client import KafkaClient
 from storage.log_queue import LogQueue
+from storage.nodes import AUTO_NODE_ID, Membership, NodeIdTaken, NodeSettings
 from storage.observability.buffer import BufferSnapshot
 from storage.observability.metrics import KilnMetrics
 from storage.observability.readiness import Readiness
@@ -58,7 +59,12 @@ class KilnApp:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.queue = LogQueue.from_url(settings.redis_url)
-        self.kafka = KafkaClient(settings.kafka_bootstrap, client_id=f"kiln-{settings.node_id}")
+        self.membership = Membership(self.queue.redis, NodeSettings(
+            heartbeat_ms=settings.node_heartbeat_ms,
+            session_timeout_ms=settings.node_session_timeout_ms))
+        # Kafka sees Kiln's connections under these names (the node id once it is given).
+        name = f"kiln-{settings.node_id}" if settings.node_id != AUTO_NODE_ID else "kiln"
+        self.kafka = KafkaClient(settings.kafka_bootstrap, client_id=name)
         self.catalog = Catalog(
             TopicRegistry(self.queue.redis),
             self.queue,
@@ -68,7 +74,7 @@ class KilnApp:
         )
         self.waiters = SettledWaiters(self.queue)
         self.budget = BufferBudget(self.queue, self.catalog, settings.buffer_budget_bytes)
-        owner = f"kiln-{settings.node_id}-{uuid.uuid4().hex}"
+        owner = f"{name}-{uuid.uuid4().hex}"
         subscriptions = SubscriptionRegistry(self.queue.redis)
         fixed = settings.harden_delay_ms if settings.delay_policy == "fixed" else None
         self.delay = DelayObserver(delay_limits(settings), fixed_delay_ms=fixed)
@@ -84,7 +90,7 @@ class KilnApp:
         # Reads get their own connections: a large fetch must not hold up hardening writes,
         # and an unreachable Kafka should fail a consumer's read quickly.
         self.cold_kafka = KafkaClient(settings.kafka_bootstrap,
-                                      client_id=f"kiln-{settings.node_id}-read",
+                                      client_id=f"{name}-read",
                                       connect_timeout=3.0, request_timeout=15.0)
         self.cold = ColdReader(self.cold_kafka)
         group_store = GroupStore.from_url(settings.redis_url)
@@ -111,8 +117,7 @@ class KilnApp:
             producer_ids=ProducerIds(self.queue.redis), metrics=self.metrics,
             memory=ListenerMemory(listener_limits(settings)),
             topic_configs=TopicConfigs(self.catalog, self.kafka),
-            broker_configs=BrokerConfigs(self.kafka, settings.node_id, kiln_broker_configs(
-                settings.node_id, self.catalog.settings)),
+            broker_configs=self._broker_configs(settings.node_id),
         )
         listen_host, listen_port = settings.listen_address
         self.listener = Listener(self.context, listen_host, listen_port)
@@ -124,12 +129,20 @@ class KilnApp:
         # Readiness probes Kafka on a connection of its own, with short timeouts, so that a
         # probe never waits behind hardening writes.
         self.probe_kafka = KafkaClient(settings.kafka_bootstrap,
-                                       client_id=f"kiln-{settings.node_id}-probe",
+                                       client_id=f"{name}-probe",
                                        connect_timeout=2.0, request_timeout=2.0)
-        self.readiness = Readiness({"redis": self.queue.ping,
+        self.readiness = Readiness({"redis": self.queue.ping, "node": self.membership.check,
                                     "kafka": lambda: self.probe_kafka.metadata([])})
         self.http = (HttpEndpoints(self.metrics, self.readiness, *settings.http_address)
                      if settings.http_address is not None else None)
+
+    def _broker_configs(self, node_id: int) -> BrokerConfigs:
+        return BrokerConfigs(self.kafka, node_id,
+                             kiln_broker_configs(node_id, self.catalog.settings))
+
+    @property
+    def node_id(self) -> int:
+        return self.settings.node_id
 
     @property
     def port(self) -> int:
@@ -151,6 +164,7 @@ class KilnApp:
         risk = await eviction_risk(self.queue.redis)
         if risk is not None:
             raise StartupError(f"{risk} (Redis at {self.settings.redis_url})")
+        await self._register_node()
         try:
             await self.kafka.start()
         except StorageError as exc:
@@ -174,6 +188,30 @@ class KilnApp:
             # Listening on port 0 (tests): advertise the port actually bound.
             self.context.settings = dataclasses.replace(self.context.settings,
                                                         advertised_port=self.port)
+        served = self.context.settings
+        self.membership.bound(served.advertised_host, served.advertised_port, self._http_text())
+        await self.membership.heartbeat()
+        self.membership.start()
+
+    async def _register_node(self) -> None:
+        """Take this node's id (storage/nodes.py) before anything is told to clients."""
+        host, port = self.settings.advertised_address
+        try:
+            node_id = await self.membership.register(self.settings.node_id, host, port)
+        except NodeIdTaken as exc:
+            raise StartupError(f"node_id: {exc.message}") from exc
+        except StorageError as exc:
+            raise StartupError(f"cannot register the node in Redis: {exc.message}") from exc
+        log.info("registered as node %d", node_id)
+        if node_id != self.settings.node_id:
+            self.settings = dataclasses.replace(self.settings, node_id=node_id)
+            self.context.settings = dataclasses.replace(self.context.settings, node_id=node_id)
+            self.context.broker_configs = self._broker_configs(node_id)
+
+    def _http_text(self) -> str:
+        """HOST:PORT of the HTTP endpoints as bound, "" when off."""
+        address = self.settings.http_address
+        return "" if address is None or self.http is None else f"{address[0]}:{self.http.port}"
 
     async def watch_drain_requests(self, stop: asyncio.Event, poll_s: float = 1.0) -> None:
         """Set `stop` when an operator asks this process to drain (`kiln drain`)."""
@@ -204,6 +242,7 @@ class KilnApp:
         return hardened
 
     async def close(self) -> None:
+        await self.membership.stop()
         if self.http is not None:
             await self.http.close()
         await self.readiness.close()

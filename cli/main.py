@@ -16,6 +16,7 @@ from cli.app import KilnApp, StartupError
 from cli.delay import delay
 from cli.flush import drain, flush
 from cli.inspect import inspect
+from cli.nodes import nodes
 from cli.process_memory import return_large_buffers_to_the_system
 from cli.settings import Settings, dev_state_file
 from cli.status import status
@@ -29,7 +30,14 @@ _SERVE_OPTIONS = [
     click.option("--listen", help="HOST:PORT Kafka clients connect to [KILN_LISTEN]"),
     click.option("--advertise", help="HOST:PORT given to clients in Metadata [KILN_ADVERTISE]"),
     click.option("--http-listen", help="HOST:PORT of /metrics, /healthz and /readyz; \"\" "
-                 "turns them off [KILN_HTTP_LISTEN]"),
+                 "turns them off; auto (default): the --listen port + 552 [KILN_HTTP_LISTEN]"),
+    click.option("--node-id", type=int, help="this node's id, unique among live nodes; -1 "
+                 "(default): the one this address had, else the lowest free [KILN_NODE_ID]"),
+    click.option("--node-heartbeat-ms", type=int,
+                 help="how often the node renews its registration [KILN_NODE_HEARTBEAT_MS]"),
+    click.option("--node-session-timeout-ms", type=int,
+                 help="a node not heard from this long is dead to the others "
+                 "[KILN_NODE_SESSION_TIMEOUT_MS]"),
     click.option("--redis-url", help="Redis holding the log queue [KILN_REDIS_URL]"),
     click.option("--kafka-bootstrap", help="HOST:PORT of the Kafka that survivors are hardened "
                  "to [KILN_KAFKA_BOOTSTRAP]"),
@@ -68,6 +76,7 @@ def main() -> None:
 
 main.add_command(subscriptions)
 main.add_command(status)
+main.add_command(nodes)
 main.add_command(topics)
 main.add_command(delay)
 main.add_command(flush)

@@ -20,9 +20,11 @@ from cli import dev_instance
 from proxy.limits import ListenerLimits
 from storage.catalog import KAFKA_DEFAULT
 from storage.kafka.client import parse_bootstrap
+from storage.nodes import AUTO_NODE_ID
 from storage.redis_pool import SENTINEL_SCHEME, parse_sentinel_url
 
 _LISTENER = ListenerLimits()  # the listener's defaults are its own
+HTTP_PORT_OFFSET = 552  # http_listen "auto": Kafka's 9092 serves HTTP on 9644
 
 
 class SettingsError(ValueError):
@@ -33,8 +35,10 @@ class SettingsError(ValueError):
 class Settings:
     listen: str = "127.0.0.1:9092"
     advertise: str = ""  # defaults to `listen` (with 0.0.0.0 replaced by 127.0.0.1)
-    # HOST:PORT of the HTTP endpoints /metrics, /healthz and /readyz; "" turns them off.
-    http_listen: str = "127.0.0.1:9644"
+    # HOST:PORT of the HTTP endpoints /metrics, /healthz and /readyz; "" turns them off;
+    # "auto": on `listen`'s host, at its port + 552 (9092: 9644, 9093: 9645; any free port
+    # for port 0 or past 65535), so that several nodes on one host do not collide.
+    http_listen: str = "auto"
     redis_url: str = "redis://127.0.0.1:6379/0"
     kafka_bootstrap: str = "127.0.0.1:9093"
     # The hardening delay (DESIGN §4): "adaptive" computes it from live signals within the
@@ -57,7 +61,12 @@ class Settings:
     # the default, `kiln topics create` without --partitions); 0 (or "kafka"): as many as
     # the Kafka cluster behind Kiln gives one, its brokers' num.partitions.
     default_partitions: int = KAFKA_DEFAULT
-    node_id: int = 0
+    # The node's id, unique among live nodes (storage/nodes.py); -1: the id this address
+    # had before, else the lowest free one.
+    node_id: int = AUTO_NODE_ID
+    # A node not heard from for this long is dead to the others.
+    node_heartbeat_ms: int = 1_000
+    node_session_timeout_ms: int = 3_000
     max_frame_bytes: int = 100 * 1024 * 1024
     # What the Kafka listener may hold for its clients (proxy/limits.py).
     max_request_bytes: int = _LISTENER.max_request_bytes
@@ -100,6 +109,10 @@ class Settings:
 
     @property
     def http_address(self) -> tuple[str, int] | None:
+        if self.http_listen == "auto":
+            host, port = self.listen_address
+            fits = 0 < port <= 65535 - HTTP_PORT_OFFSET
+            return host, port + HTTP_PORT_OFFSET if fits else 0
         return parse_host_port(self.http_listen, "http_listen") if self.http_listen else None
 
 
@@ -172,7 +185,13 @@ def _validate(settings: Settings) -> Settings:
     elif not settings.redis_url.startswith(("redis://", "rediss://", "unix://")):
         raise SettingsError(f"redis_url: expected redis://HOST:PORT/DB or "
                             f"{SENTINEL_SCHEME}HOST:PORT/SERVICE, got {settings.redis_url!r}")
-    for key in ("harden_delay_ms", "buffer_budget_bytes", "node_id", "min_delay_ms",
+    if settings.node_id < AUTO_NODE_ID:
+        raise SettingsError(f"node_id: must be >= 0, or -1 for any free id, got "
+                            f"{settings.node_id}")
+    if not 1 <= settings.node_heartbeat_ms < settings.node_session_timeout_ms:
+        raise SettingsError("node_heartbeat_ms: must be >= 1 and below node_session_timeout_ms, "
+                            f"got {settings.node_heartbeat_ms}")
+    for key in ("harden_delay_ms", "buffer_budget_bytes", "min_delay_ms",
                 "max_ack_delay_ms", "default_partitions"):
         if getattr(settings, key) < 0:
             raise SettingsError(f"{key}: must be >= 0, got {getattr(settings, key)}")

@@ -30,6 +30,7 @@ class RunningKiln:
         except BaseException:
             self._stop_loop()
             raise
+        self.settings = self.app.settings  # with the node id it registered under
 
     async def _build(self) -> KilnApp:
         """Start Kiln; one that fails to start is closed again, so that nothing of it

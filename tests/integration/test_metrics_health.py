@@ -93,7 +93,7 @@ def test_healthz_and_readyz_answer_ok_while_redis_and_kafka_answer(
     # Then both are 200, readiness naming each dependency
     assert (health.status, json.loads(health.body)) == (200, {"status": "ok"})
     assert (ready.status, json.loads(ready.body)) == (
-        200, {"status": "ready", "checks": {"redis": "ok", "kafka": "ok"}})
+        200, {"status": "ready", "checks": {"redis": "ok", "kafka": "ok", "node": "ok"}})
 
 
 def test_readyz_answers_503_naming_kafka_while_kafka_is_unreachable(

@@ -104,3 +104,25 @@ def test_default_partitions_are_kafkas_unless_given(tmp_path: Path) -> None:
             from_environment.default_partitions) == (0, 0, 6)
     with pytest.raises(SettingsError, match="default_partitions: must be >= 0"):
         load_settings(environ={"KILN_DEFAULT_PARTITIONS": "-1"})
+
+
+@pytest.mark.parametrize(("listen", "http"), [
+    ("127.0.0.1:9092", ("127.0.0.1", 9644)),  # the documented default pair
+    ("0.0.0.0:9093", ("0.0.0.0", 9645)),  # a second node on the host: the next port
+    ("127.0.0.1:0", ("127.0.0.1", 0)),  # any free port, as the Kafka listener
+    ("127.0.0.1:65000", ("127.0.0.1", 0)),  # + 552 is no port: any free one
+])
+def test_http_listen_auto_follows_the_kafka_port(listen: str, http: tuple[str, int]) -> None:
+    settings = load_settings(overrides={"listen": listen}, environ={})
+    assert settings.http_listen == "auto"
+    assert settings.http_address == http
+
+
+def test_node_id_defaults_to_any_free_one_and_is_checked() -> None:
+    assert load_settings(environ={}).node_id == -1
+    assert load_settings(environ={"KILN_NODE_ID": "3"}).node_id == 3
+    with pytest.raises(SettingsError, match="node_id: must be >= 0, or -1"):
+        load_settings(overrides={"node_id": -2}, environ={})
+    with pytest.raises(SettingsError, match="node_heartbeat_ms: must be >= 1 and below"):
+        load_settings(overrides={"node_heartbeat_ms": 3000, "node_session_timeout_ms": 3000},
+                      environ={})

@@ -1,0 +1,266 @@
+"""The Kiln nodes of one deployment (one Redis, one Kafka): every live `kiln serve` process,
+registered under a node id of its own and kept alive by a heartbeat.
+
+A node registers when it starts and renews its registration every `heartbeat_ms`; a node not
+renewed for `session_timeout_ms` (killed, paused, cut off from Redis) is dead to the others.
+No two live nodes share an id:
+
+- an id the operator gives (`node_id`) is refused at start while a live node at another
+  address holds it;
+- otherwise a node takes the id its advertised address held before (a restarted node keeps
+  its id, as clients and dashboards expect), or else the lowest id nobody holds. A dead
+  node's id is given to another address only once it has been dead `id_reuse_after_ms`, so
+  that a paused node waking within that time finds its id still its own.
+
+A node whose registration is gone (Redis lost it) registers again under the same id; one
+whose id another process holds (it was dead to the others past `id_reuse_after_ms`) is not a
+member until it can: it says so in its log and in readiness. A planned shutdown removes the
+registration at once. The node id never changes while a process runs.
+
+Everything lives in one Redis hash under one hash tag: one slot of a Redis Cluster. A
+registration's expiry is written by its node's clock and read by the others': the hosts'
+clocks must agree to well within the session timeout (NTP does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from storage.clock import wall_clock_ms
+from storage.errors import BufferUnavailable, StorageError
+from storage.tasks import stop_task
+from wire.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+NODES_KEY = "{kiln:nodes}"
+AUTO_NODE_ID = -1
+
+# KEYS[1] the nodes hash. ARGV: wanted id (-1: any), address ("" when it is not known yet),
+# now (ms), how long a dead node's id is kept from other addresses (ms), the entry (JSON).
+# Returns {id, ""} or, when a live node at another address holds the wanted id, {-1, its
+# address}.
+_REGISTER = """
+local now = tonumber(ARGV[3])
+local reuse_after = tonumber(ARGV[4])
+local wanted = tonumber(ARGV[1])
+local held = {}
+local own = nil
+local fields = redis.call('HGETALL', KEYS[1])
+for i = 1, #fields, 2 do
+  local id = tonumber(fields[i])
+  local entry = cjson.decode(fields[i + 1])
+  held[id] = entry
+  if ARGV[2] ~= '' and entry.address == ARGV[2] and (own == nil or id < own) then
+    own = id
+  end
+end
+local id = wanted
+if wanted >= 0 then
+  local entry = held[wanted]
+  if entry ~= nil and tonumber(entry.expires_ms) > now and entry.address ~= ARGV[2] then
+    return {-1, entry.address}
+  end
+elseif own ~= nil then
+  id = own
+else
+  id = 0
+  while held[id] ~= nil and tonumber(held[id].expires_ms) + reuse_after > now do
+    id = id + 1
+  end
+end
+redis.call('HSET', KEYS[1], id, ARGV[5])
+return {id, ''}
+"""
+
+# KEYS[1] the nodes hash. ARGV: id, incarnation, the entry (JSON; "" to remove it).
+# 1 when the registration was this incarnation's (and is now renewed or removed), else 0.
+_RENEW = """
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if not current or cjson.decode(current).incarnation ~= ARGV[2] then
+  return 0
+end
+if ARGV[3] == '' then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+else
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+end
+return 1
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSettings:
+    heartbeat_ms: int = 1_000
+    session_timeout_ms: int = 3_000
+    id_reuse_after_ms: int = 600_000
+
+
+@dataclass(frozen=True, slots=True)
+class KilnNode:
+    """A node's registration, as every process reads it."""
+
+    node_id: int
+    host: str
+    port: int
+    http: str  # HOST:PORT of its HTTP endpoints, "" when off
+    pid: int
+    incarnation: str  # one per process start
+    started_ms: int
+    renewed_ms: int
+    expires_ms: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}" if self.port else ""
+
+    def live(self, now_ms: int) -> bool:
+        return now_ms < self.expires_ms
+
+
+class NodeIdTaken(StorageError):
+    def __init__(self, node_id: int, address: str) -> None:
+        super().__init__(ErrorCode.INVALID_REQUEST,
+                         f"node id {node_id} is held by the live node at {address}")
+
+
+async def read_nodes(redis: aioredis.Redis) -> list[KilnNode]:
+    """Every registration, live or dead, by node id."""
+    try:
+        fields = await redis.hgetall(NODES_KEY)
+    except (RedisError, OSError) as exc:
+        raise BufferUnavailable(str(exc)) from exc
+    nodes = [decode_node(int(node_id), text) for node_id, text in fields.items()]
+    return sorted(nodes, key=lambda n: n.node_id)
+
+
+def decode_node(node_id: int, text: bytes | str) -> KilnNode:
+    """A registration as read from the nodes hash."""
+    entry = json.loads(text)
+    entry.pop("address", None)
+    return KilnNode(node_id=node_id, **entry)
+
+
+class Membership:
+    """This process's registration as a node, renewed in the background once started."""
+
+    def __init__(self, redis: aioredis.Redis, settings: NodeSettings = NodeSettings(),
+                 clock_ms: Callable[[], int] = wall_clock_ms) -> None:
+        self._redis = redis
+        self._settings = settings
+        self._clock_ms = clock_ms
+        self._register = redis.register_script(_REGISTER)
+        self._renew = redis.register_script(_RENEW)
+        self._incarnation = uuid.uuid4().hex
+        self._started_ms = clock_ms()
+        self._node_id = AUTO_NODE_ID
+        self._host, self._port, self._http = "", 0, ""
+        self._member = False
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def node_id(self) -> int:
+        return self._node_id
+
+    @property
+    def member(self) -> bool:
+        """Whether the last heartbeat found this process registered under its id."""
+        return self._member
+
+    async def register(self, wanted_id: int, host: str, port: int, http: str = "") -> int:
+        """Register under `wanted_id` (AUTO_NODE_ID: as the module says) and return the id;
+        raises NodeIdTaken, or BufferUnavailable when Redis cannot be reached."""
+        self._host, self._port, self._http = host, port, http
+        now = self._clock_ms()
+        try:
+            node_id, holder = await self._register(
+                keys=[NODES_KEY],
+                args=[wanted_id, self._address(), now, self._settings.id_reuse_after_ms,
+                      self._entry(now)])
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        if int(node_id) < 0:
+            raise NodeIdTaken(wanted_id, holder.decode() if isinstance(holder, bytes)
+                              else str(holder))
+        self._node_id = int(node_id)
+        self._member = True
+        return self._node_id
+
+    def bound(self, host: str, port: int, http: str) -> None:
+        """The addresses as bound (a listener on port 0 learns its port only then); the next
+        heartbeat tells them."""
+        self._host, self._port, self._http = host, port, http
+
+    async def heartbeat(self) -> bool:
+        """Renew the registration (register again under the same id if Redis lost it);
+        whether this process is a member now. Raises BufferUnavailable."""
+        now = self._clock_ms()
+        try:
+            renewed = await self._renew(keys=[NODES_KEY], args=[
+                self._node_id, self._incarnation, self._entry(now)])
+            if not renewed:
+                node_id, _ = await self._register(keys=[NODES_KEY], args=[
+                    self._node_id, self._address(), now, self._settings.id_reuse_after_ms,
+                    self._entry(now)])
+                renewed = int(node_id) == self._node_id
+        except (RedisError, OSError) as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        if bool(renewed) != self._member:
+            if renewed:
+                log.info("registered again as node %d", self._node_id)
+            else:
+                log.error("node id %d is held by another live process: this process is not "
+                          "a member of the cluster until it can register again", self._node_id)
+        self._member = bool(renewed)
+        return self._member
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._beat(), name="kiln-node-heartbeat")
+
+    async def stop(self) -> None:
+        """Stop renewing and remove the registration (others see the node gone at once)."""
+        if self._task is not None:
+            await stop_task(self._task)
+            self._task = None
+        if self._node_id == AUTO_NODE_ID:
+            return
+        try:
+            await self._renew(keys=[NODES_KEY], args=[self._node_id, self._incarnation, ""])
+        except (RedisError, OSError) as exc:
+            log.warning("could not remove node %d's registration: %s", self._node_id, exc)
+        self._member = False
+
+    async def check(self) -> None:
+        """For readiness: raises unless this process is a registered node."""
+        if not self._member:
+            raise StorageError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                               f"not registered as node {self._node_id}")
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(self._settings.heartbeat_ms / 1000)
+            try:
+                await self.heartbeat()
+            except StorageError as exc:
+                log.warning("node %d heartbeat failed: %s", self._node_id, exc)
+
+    def _address(self) -> str:
+        return f"{self._host}:{self._port}" if self._port else ""
+
+    def _entry(self, now_ms: int) -> str:
+        """The registration as stored: a KilnNode without its id (the hash field), with the
+        address the register script matches."""
+        return json.dumps({
+            "host": self._host, "port": self._port, "address": self._address(),
+            "http": self._http, "pid": os.getpid(), "incarnation": self._incarnation,
+            "started_ms": self._started_ms, "renewed_ms": now_ms,
+            "expires_ms": now_ms + self._settings.session_timeout_ms}, sort_keys=True)
