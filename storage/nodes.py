@@ -30,7 +30,7 @@ import logging
 import os
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -45,11 +45,22 @@ log = logging.getLogger(__name__)
 NODES_KEY = "{kiln:nodes}"
 AUTO_NODE_ID = -1
 
+# A registration as the scripts read it; nil for one that is not Kiln's JSON (it holds no id).
+_DECODE = """
+local function decoded(text)
+  local ok, entry = pcall(cjson.decode, text)
+  if ok and type(entry) == 'table' and tonumber(entry.expires_ms) then return entry end
+  return nil
+end
+"""
+
 # KEYS[1] the nodes hash. ARGV: wanted id (-1: any), address ("" when it is not known yet),
 # now (ms), how long a dead node's id is kept from other addresses (ms), the entry (JSON).
+# Entries that do not decode, and those dead for longer than that (but this address's own),
+# are removed: the hash holds the nodes of the last few minutes, not every node ever.
 # Returns {id, ""} or, when a live node at another address holds the wanted id, {-1, its
 # address}.
-_REGISTER = """
+_REGISTER = _DECODE + """
 local now = tonumber(ARGV[3])
 local reuse_after = tonumber(ARGV[4])
 local wanted = tonumber(ARGV[1])
@@ -58,10 +69,20 @@ local own = nil
 local fields = redis.call('HGETALL', KEYS[1])
 for i = 1, #fields, 2 do
   local id = tonumber(fields[i])
-  local entry = cjson.decode(fields[i + 1])
-  held[id] = entry
-  if ARGV[2] ~= '' and entry.address == ARGV[2] and (own == nil or id < own) then
-    own = id
+  local entry = decoded(fields[i + 1])
+  if id == nil or entry == nil then
+    redis.call('HDEL', KEYS[1], fields[i])
+  else
+    held[id] = entry
+    if ARGV[2] ~= '' and entry.address == ARGV[2] and (own == nil or id < own) then
+      own = id
+    end
+  end
+end
+for id, entry in pairs(held) do
+  if id ~= own and tonumber(entry.expires_ms) + reuse_after <= now then
+    redis.call('HDEL', KEYS[1], id)
+    held[id] = nil
   end
 end
 local id = wanted
@@ -74,7 +95,7 @@ elseif own ~= nil then
   id = own
 else
   id = 0
-  while held[id] ~= nil and tonumber(held[id].expires_ms) + reuse_after > now do
+  while held[id] ~= nil do
     id = id + 1
   end
 end
@@ -84,9 +105,10 @@ return {id, ''}
 
 # KEYS[1] the nodes hash. ARGV: id, incarnation, the entry (JSON; "" to remove it).
 # 1 when the registration was this incarnation's (and is now renewed or removed), else 0.
-_RENEW = """
+_RENEW = _DECODE + """
 local current = redis.call('HGET', KEYS[1], ARGV[1])
-if not current or cjson.decode(current).incarnation ~= ARGV[2] then
+current = current and decoded(current)
+if not current or current.incarnation ~= ARGV[2] then
   return 0
 end
 if ARGV[3] == '' then
@@ -136,18 +158,25 @@ class NodeIdTaken(StorageError):
 async def read_nodes(redis: aioredis.Redis) -> list[KilnNode]:
     """Every registration, live or dead, by node id."""
     try:
-        fields = await redis.hgetall(NODES_KEY)
+        entries = await redis.hgetall(NODES_KEY)
     except (RedisError, OSError) as exc:
         raise BufferUnavailable(str(exc)) from exc
-    nodes = [decode_node(int(node_id), text) for node_id, text in fields.items()]
+    nodes = [node for node_id, text in entries.items()
+             if (node := decode_node(node_id, text)) is not None]
     return sorted(nodes, key=lambda n: n.node_id)
 
 
-def decode_node(node_id: int, text: bytes | str) -> KilnNode:
-    """A registration as read from the nodes hash."""
-    entry = json.loads(text)
-    entry.pop("address", None)
-    return KilnNode(node_id=node_id, **entry)
+_FIELDS = frozenset(f.name for f in fields(KilnNode)) - {"node_id"}
+
+
+def decode_node(node_id: bytes | str | int, text: bytes | str) -> KilnNode | None:
+    """A registration as read from the nodes hash; None for one that is not a registration
+    (the scripts remove those). Fields a newer Kiln adds are left out."""
+    try:
+        entry = json.loads(text)
+        return KilnNode(node_id=int(node_id), **{k: entry[k] for k in _FIELDS})
+    except (ValueError, TypeError, KeyError):
+        return None
 
 
 class Membership:

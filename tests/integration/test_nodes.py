@@ -5,23 +5,34 @@ processes where a kill or a pause is the point."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import redis
+import redis.asyncio as aioredis
 from click.testing import CliRunner
 from confluent_kafka.admin import AdminClient
 
 from cli.app import StartupError
 from cli.local_services import free_port
 from cli.main import main
-from storage.nodes import NODES_KEY, KilnNode, decode_node
+from storage.nodes import (
+    NODES_KEY,
+    KilnNode,
+    Membership,
+    NodeSettings,
+    decode_node,
+    read_nodes,
+)
 from tests.faults.kiln_process import KilnProcess
 from tests.kiln_harness import RunningKiln, eventually, start_kiln
 
+T = TypeVar("T")
 SESSION_MS = 1500  # a dead node is seen dead this long after its last heartbeat
 HEARTBEAT_MS = 300
 
@@ -29,7 +40,7 @@ HEARTBEAT_MS = 300
 def registered(redis_url: str) -> dict[int, KilnNode]:
     """The registrations in Redis, by node id, as every process reads them."""
     raw = redis.Redis.from_url(redis_url).hgetall(NODES_KEY)
-    return {int(k): decode_node(int(k), v) for k, v in raw.items()}
+    return {n.node_id: n for k, v in raw.items() if (n := decode_node(k, v)) is not None}
 
 
 def live(redis_url: str) -> dict[int, KilnNode]:
@@ -194,3 +205,56 @@ def test_two_nodes_on_one_host_start_with_default_http_ports(
     finally:
         for process in processes:
             process.stop()
+
+
+def membership_run(redis_url: str, body: Callable[[aioredis.Redis], Awaitable[T]]) -> T:
+    async def main() -> T:
+        client = aioredis.Redis.from_url(redis_url)
+        try:
+            return await body(client)
+        finally:
+            await client.aclose()
+    return asyncio.run(main())
+
+
+def test_entries_that_are_no_registration_are_removed_not_fatal(nodes_cleared: str) -> None:
+    # Given a nodes hash holding what no Kiln wrote: not JSON, JSON without the fields, a
+    # field that is no id, and a registration of a newer Kiln with a field this one lacks
+    store = redis.Redis.from_url(nodes_cleared)
+    newer = {"host": "10.0.0.9", "port": 9092, "address": "10.0.0.9:9092", "http": "",
+             "pid": 1, "incarnation": "x", "started_ms": 1, "renewed_ms": 1,
+             "expires_ms": 2**52, "rack": "r1"}
+    store.hset(NODES_KEY, mapping={"0": "{not json", "1": "[]", "two": "{}",
+                                   "3": json.dumps(newer)})
+
+    # When a node registers and `kiln nodes` lists the hash
+    async def scenario(client: aioredis.Redis) -> tuple[int, list[int]]:
+        node_id = await Membership(client).register(-1, "127.0.0.1", 1111)
+        return node_id, [n.node_id for n in await read_nodes(client)]
+
+    node_id, listed = membership_run(nodes_cleared, scenario)
+
+    # Then the junk is gone, the newer registration is kept and read, the node took id 0
+    assert (node_id, listed) == (0, [0, 3])
+    assert sorted(store.hkeys(NODES_KEY)) == [b"0", b"3"]
+
+
+def test_registrations_dead_longer_than_the_reuse_time_are_removed(nodes_cleared: str) -> None:
+    now = [1_000_000]
+    settings = NodeSettings(session_timeout_ms=3_000, id_reuse_after_ms=60_000)
+
+    async def scenario(client: aioredis.Redis) -> tuple[list[int], list[int], int]:
+        # Given five nodes at five addresses that died (never renewed) one after another
+        for port in range(1, 6):
+            await Membership(client, settings, lambda: now[0]).register(-1, "h", port)
+        died = [n.node_id for n in await read_nodes(client)]
+        # When a sixth registers more than the reuse time after they died
+        now[0] += 3_000 + 60_000
+        newcomer = await Membership(client, settings, lambda: now[0]).register(-1, "h", 9)
+        return died, [n.node_id for n in await read_nodes(client)], newcomer
+
+    died, left, newcomer = membership_run(nodes_cleared, scenario)
+
+    # Then the dead ones' registrations are gone and the newcomer takes the lowest id
+    assert died == [0, 1, 2, 3, 4]
+    assert (left, newcomer) == ([0], 0)
