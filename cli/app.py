@@ -27,6 +27,7 @@ from storage.groups.model import MembershipSettings
 from storage.groups.store import GroupStore
 from storage.hardener import Hardener, HardenerSettings
 from storage.kafka.client import KafkaClient
+from storage.leadership import Leadership
 from storage.log_queue import LogQueue
 from storage.nodes import AUTO_NODE_ID, Membership, NodeIdTaken, NodeSettings
 from storage.observability.buffer import BufferSnapshot
@@ -62,6 +63,9 @@ class KilnApp:
         self.membership = Membership(self.queue.redis, NodeSettings(
             heartbeat_ms=settings.node_heartbeat_ms,
             session_timeout_ms=settings.node_session_timeout_ms))
+        self.leadership = Leadership(self.queue.redis, self.membership,
+                                     fresh_within_s=settings.node_session_timeout_ms / 1000)
+        self.membership.on_view_change(self._nodes_changed)
         # Kafka sees Kiln's connections under these names (the node id once it is given).
         name = f"kiln-{settings.node_id}" if settings.node_id != AUTO_NODE_ID else "kiln"
         self.kafka = KafkaClient(settings.kafka_bootstrap, client_id=name)
@@ -84,7 +88,8 @@ class KilnApp:
         )
         self.hardener = Hardener(self.queue, self.catalog, self.kafka, self.delay, self.waiters,
                                  HardenerSettings(owner=owner), subscriptions,
-                                 buffer_fill=lambda: self.budget.fill)
+                                 buffer_fill=lambda: self.budget.fill,
+                                 leads=self.leadership.leads)
         self.delivery = Delivery(self.queue, self.catalog.registry, subscriptions, self.waiters,
                                  on_delivered=self.delay.delivered)
         # Reads get their own connections: a large fetch must not hold up hardening writes,
@@ -101,7 +106,7 @@ class KilnApp:
         ), consumer_settings=ConsumerGroupSettings(
             session_timeout_ms=settings.group_consumer_session_timeout_ms,
             heartbeat_interval_ms=settings.group_consumer_heartbeat_interval_ms,
-        ), offsets_listener=self.delivery)
+        ), offsets_listener=self.delivery, coordinates=self.leadership.coordinates)
         forget_topic_state(self.catalog, subscriptions, group_store)
         appends = AppendSignals()
         appends.add_listener(self.hardener.appended)
@@ -112,8 +117,8 @@ class KilnApp:
                                     advertised_port=port,
                                     max_frame_bytes=settings.max_frame_bytes),
             log=TieredLog(self.queue, self.cold, self.catalog.starts, self.waiters,
-                          self.budget, self.delay, self.metrics, appends),
-            topics=self.catalog, groups=self.groups,
+                          self.budget, self.delay, self.metrics, appends, self.leadership),
+            topics=self.catalog, groups=self.groups, cluster=self.leadership,
             producer_ids=ProducerIds(self.queue.redis), metrics=self.metrics,
             memory=ListenerMemory(listener_limits(settings)),
             topic_configs=TopicConfigs(self.catalog, self.kafka),
@@ -207,6 +212,12 @@ class KilnApp:
             self.settings = dataclasses.replace(self.settings, node_id=node_id)
             self.context.settings = dataclasses.replace(self.context.settings, node_id=node_id)
             self.context.broker_configs = self._broker_configs(node_id)
+
+    async def _nodes_changed(self) -> None:
+        """Another node came or went: let go of the partitions and groups placed elsewhere
+        now (their new owners take them on their clients' next requests)."""
+        await self.leadership.rebalance()
+        self.groups.forget_uncoordinated()
 
     def _http_text(self) -> str:
         """HOST:PORT of the HTTP endpoints as bound, "" when off."""

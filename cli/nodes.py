@@ -1,9 +1,11 @@
 """`kiln nodes`: the Kiln nodes of the deployment, as they registered in Redis
-(storage/nodes.py): live ones, and dead ones whose ids are still kept for them."""
+(storage/nodes.py): live ones, with the partitions they lead and the groups they coordinate
+(storage/leadership.py), and dead ones whose ids are still kept for them."""
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +16,13 @@ from cli.admin import connect, settings_from
 from cli.settings import Settings
 from cli.subscriptions import store_options
 from storage.clock import wall_clock_ms
+from storage.groups.store import GroupStore
+from storage.leadership import group_placement_key, partition_placement_key, place
+from storage.model import TopicPartition
 from storage.nodes import KilnNode, read_nodes
 
-_COLUMNS = ("node_id", "state", "address", "http", "pid", "up_s", "heard_s_ago")
+_COLUMNS = ("node_id", "state", "address", "http", "pid", "up_s", "heard_s_ago", "partitions",
+            "groups")
 
 
 @click.command()
@@ -24,7 +30,8 @@ _COLUMNS = ("node_id", "state", "address", "http", "pid", "up_s", "heard_s_ago")
 @store_options
 def nodes(as_json: bool, config_file: Path | None, redis_url: str | None) -> None:
     """The Kiln nodes sharing this Redis: id, live or dead, Kafka address clients reach it
-    at, HTTP endpoints, process id, time since it started and since its last heartbeat."""
+    at, HTTP endpoints, process id, time since it started and since its last heartbeat, and
+    how many partitions it leads and groups it coordinates."""
     settings = settings_from(config_file, redis_url=redis_url)
     output.emit(asyncio.run(_rows(settings)), _COLUMNS, as_json=as_json,
                 empty="no nodes registered")
@@ -33,12 +40,21 @@ def nodes(as_json: bool, config_file: Path | None, redis_url: str | None) -> Non
 async def _rows(settings: Settings) -> list[dict[str, Any]]:
     async with connect(settings) as stores:
         registered = await read_nodes(stores.queue.redis)
+        topics = await stores.topics.all()
+        groups = await GroupStore(stores.queue.redis).group_ids()
     now = wall_clock_ms()
-    return [node_row(node, now) for node in registered]
+    live = tuple(sorted(n.node_id for n in registered if n.live(now)))
+    partitions = Counter(place(partition_placement_key(TopicPartition(name, p)), live)
+                         for name, config in topics.items() for p in range(config.partitions))
+    coordinated = Counter(place(group_placement_key(group), live) for group in groups)
+    return [node_row(node, now, partitions[node.node_id], coordinated[node.node_id])
+            for node in registered]
 
 
-def node_row(node: KilnNode, now_ms: int) -> dict[str, Any]:
-    return {"node_id": node.node_id, "state": "live" if node.live(now_ms) else "dead",
+def node_row(node: KilnNode, now_ms: int, partitions: int, groups: int) -> dict[str, Any]:
+    live = node.live(now_ms)
+    return {"node_id": node.node_id, "state": "live" if live else "dead",
             "address": node.address or None, "http": node.http or None, "pid": node.pid,
             "up_s": round((now_ms - node.started_ms) / 1000),
-            "heard_s_ago": round((now_ms - node.renewed_ms) / 1000, 1)}
+            "heard_s_ago": round((now_ms - node.renewed_ms) / 1000, 1),
+            "partitions": partitions if live else None, "groups": groups if live else None}

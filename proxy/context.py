@@ -26,12 +26,13 @@ from storage.groups.model import (
 )
 from storage.log_queue import AppendRequest, AppendResult
 from storage.model import TopicPartition
+from storage.nodes import KilnNode
 from storage.observability.metrics import KilnMetrics
 from storage.producer_ids import ProducerIds
 from storage.tiered_log import PartitionRead
 from storage.topic_configs import TopicConfigs
 from storage.topics import TopicConfig
-from wire.errors import ErrorCode
+from wire.errors import ErrorCode, KafkaError
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,12 +143,28 @@ class Groups(Protocol):
                              ) -> OffsetDeletion: ...
 
 
+class Cluster(Protocol):
+    """The Kiln nodes clients are told of as brokers, which of them leads each partition and
+    which coordinates each group (storage.leadership)."""
+
+    def brokers(self) -> Sequence[KilnNode]:
+        """The live nodes."""
+
+    def leader(self, tp: TopicPartition) -> int: ...
+
+    def leads(self, tp: TopicPartition) -> bool:
+        """Whether this node leads `tp`."""
+
+    def coordinator(self, group_id: str) -> int: ...
+
+
 @dataclass
 class KilnContext:
     settings: ServerSettings
     log: PartitionLog
     topics: Topics
     groups: Groups
+    cluster: Cluster
     producer_ids: ProducerIds
     # Configs through Kiln: a topic's (Kafka's and Kiln's `kiln.*`), and those of the Kafka
     # brokers Kiln's node stands for.
@@ -157,3 +174,22 @@ class KilnContext:
     metrics: KilnMetrics = field(default_factory=KilnMetrics)
     # What the listener may hold for its clients (requests, answers not yet taken).
     memory: ListenerMemory = field(default_factory=lambda: ListenerMemory(ListenerLimits()))
+
+    def brokers(self) -> dict[int, tuple[str, int]]:
+        """The address of every live node by id, this one's always among them."""
+        known = {n.node_id: (n.host, n.port) for n in self.cluster.brokers()}
+        own = self.settings
+        known.setdefault(own.node_id, (own.advertised_host, own.advertised_port))
+        return dict(sorted(known.items()))
+
+    async def check_partition(self, tp: TopicPartition) -> None:
+        """Raises KafkaError unless `tp` exists and this node leads it, with the code a Kafka
+        broker answers: UNKNOWN_TOPIC_OR_PARTITION, then NOT_LEADER_OR_FOLLOWER."""
+        if not await self.topics.has_partition(tp):
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, tp.topic)
+        if not self.cluster.leads(tp):
+            raise self.not_leader(tp)
+
+    def not_leader(self, tp: TopicPartition) -> KafkaError:
+        return KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                          f"node {self.cluster.leader(tp)} leads {tp.topic}/{tp.partition}")

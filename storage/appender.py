@@ -14,12 +14,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from typing import Protocol
 
 from storage.errors import BufferUnavailable, HardenedTopicMissing, StorageError
 from storage.hardened_store import Fence, HardenedPartitionWriter
 from storage.kafka.client import KafkaClient
 from storage.log_queue import AppendRequest, AppendResult, LogQueue
 from storage.model import TopicPartition
+from wire.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -70,32 +72,72 @@ class PartitionStarts:
         return started
 
 
-class Appender:
-    """The log queue's append, starting partitions Redis does not know first."""
+class PartitionLeases(Protocol):
+    """The fencing tokens appends are made under (storage.leadership)."""
 
-    def __init__(self, queue: LogQueue, starts: PartitionStarts) -> None:
+    async def token(self, tp: TopicPartition) -> str | None:
+        """None when this node does not lead `tp`."""
+
+    def lost(self, tp: TopicPartition, token: str) -> None: ...
+
+
+# One more attempt for a lease found lost (another node took it, or Redis lost it), and one
+# for a partition Redis does not know.
+_ATTEMPTS = 3
+
+
+class Appender:
+    """The log queue's append under this node's partition leases, starting partitions Redis
+    does not know first."""
+
+    def __init__(self, queue: LogQueue, starts: PartitionStarts,
+                 leases: PartitionLeases) -> None:
         self._queue = queue
         self._starts = starts
+        self._leases = leases
 
     async def append(self, requests: Sequence[AppendRequest], now_ms: int
                      ) -> list[AppendResult]:
-        results = await self._queue.append(requests, now_ms)
-        unknown = [i for i, result in enumerate(results) if result.needs_start]
-        if not unknown:
-            return results
-        again: list[int] = []
-        for i in unknown:
-            try:
-                await self._starts.start(requests[i].tp)
-                again.append(i)
-            except StorageError as exc:
-                log.warning("cannot start %s/%d from Kafka: %s", requests[i].tp.topic,
-                            requests[i].tp.partition, exc)
-                results[i] = AppendResult(exc.error_code, -1, False)
-        retried = await self._queue.append([requests[i] for i in again], now_ms) if again else []
-        for i, result in zip(again, retried, strict=True):
-            if result.needs_start:  # lost again in between: the producer retries
-                result = AppendResult(BufferUnavailable("partition lost again").error_code,
-                                      -1, False)
-            results[i] = result
-        return results
+        """A result per request: NOT_LEADER_OR_FOLLOWER for a partition this node does not
+        lead (or whose lease it cannot take yet)."""
+        results = [_NOT_LEADER] * len(requests)
+        pending = list(range(len(requests)))
+        for _ in range(_ATTEMPTS):
+            tokens: dict[int, str] = {}
+            for i in pending:
+                token = await self._leases.token(requests[i].tp)
+                if token is None:
+                    results[i] = _NOT_LEADER
+                else:
+                    tokens[i] = token
+            if not tokens:
+                break
+            ready = list(tokens)
+            replies = await self._queue.append([requests[i] for i in ready], now_ms,
+                                               [tokens[i] for i in ready])
+            pending = []
+            for i, result in zip(ready, replies, strict=True):
+                results[i] = result
+                if result.error_code is ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                    self._leases.lost(requests[i].tp, tokens[i])
+                    pending.append(i)
+                elif result.needs_start:
+                    results[i] = await self._start(requests[i].tp)
+                    if results[i] is _STARTED:
+                        pending.append(i)
+        return [_LOST_AGAIN if r is _STARTED else r for r in results]
+
+    async def _start(self, tp: TopicPartition) -> AppendResult:
+        try:
+            await self._starts.start(tp)
+        except StorageError as exc:
+            log.warning("cannot start %s/%d from Kafka: %s", tp.topic, tp.partition, exc)
+            return AppendResult(exc.error_code, -1, False)
+        return _STARTED
+
+
+_NOT_LEADER = AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, False)
+# Started, to be appended again; if the attempts run out first (lost again in between), the
+# producer retries.
+_STARTED = AppendResult(ErrorCode.NONE, -1, False, needs_start=True)
+_LOST_AGAIN = AppendResult(BufferUnavailable("partition lost again").error_code, -1, False)

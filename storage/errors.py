@@ -65,6 +65,15 @@ class Fenced(StorageError):
         super().__init__(ErrorCode.PRODUCER_FENCED, message)
 
 
+class NotCoordinator(KafkaError):
+    """Another Kiln node coordinates the group (storage/leadership.py): the client looks the
+    coordinator up again. Not a StorageError: the group APIs pass it on as it is."""
+
+    def __init__(self, group_id: str) -> None:
+        super().__init__(ErrorCode.NOT_COORDINATOR,
+                         f"this node is not the coordinator of group {group_id}")
+
+
 # --- Kafka's answers to Kiln ---------------------------------------------------------------
 # PRODUCER_FENCED and INVALID_PRODUCER_EPOCH raise Fenced, retriable codes
 # HardenedStoreUnavailable, anything else HardenedStoreRejected.

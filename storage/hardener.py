@@ -1,7 +1,8 @@
 """The hardener: moves survivors whose delay has expired from the log queue into Kafka.
 
-One task per topic-partition, each holding that partition's lease in Redis (so one Kiln
-process hardens a partition at a time) and a fenced writer in Kafka (so a paused process
+One task per topic-partition this node leads (storage/leadership.py), each holding that
+partition's hardening lease in Redis (so one Kiln process hardens a partition at a time, also
+while leadership moves) and a fenced writer in Kafka (so a paused process
 that lost the lease cannot write after its successor). Order per partition:
 
   1. recover: fence earlier writers; ask Kafka which Kiln offset it holds last;
@@ -93,8 +94,12 @@ class Hardener:
                  delay: DelayObserver, waiters: SettledWaiters, settings: HardenerSettings,
                  subscriptions: DurableSubscriptions,
                  clock: Callable[[], int] = wall_clock_ms,
-                 buffer_fill: Callable[[], float] = lambda: 0.0) -> None:
+                 buffer_fill: Callable[[], float] = lambda: 0.0,
+                 leads: Callable[[TopicPartition], bool] = lambda tp: True) -> None:
         self._queue = queue
+        # Whether this node leads a partition (storage/leadership.py): only its leader
+        # hardens it, so that the appends that wake a partition's task are this node's.
+        self._leads = leads
         self._subscriptions = subscriptions
         self._catalog = catalog
         self._client = client
@@ -144,12 +149,14 @@ class Hardener:
                 await self._queue.release_lease(tp, self._settings.owner)
 
     async def flush(self, topics: Sequence[str] | None = None, timeout_s: float = 60.0) -> bool:
-        """Harden every buffered persistent record of the given topics (all if None) now,
-        ignoring the delay. True when everything buffered at the call has left the log
-        queue: hardened, or needing no hardening (delivered, non-persistent)."""
+        """Harden every buffered persistent record of the given topics (all if None) in the
+        partitions this node leads now, ignoring the delay. True when everything buffered at
+        the call has left the log queue: hardened, or needing no hardening (delivered,
+        non-persistent)."""
         deadline = time.monotonic() + timeout_s
         await self._scan_topics()
-        targets = [tp for tp in self._tasks if topics is None or tp.topic in topics]
+        targets = [tp for tp in self._tasks
+                   if (topics is None or tp.topic in topics) and self._leads(tp)]
         goals = {tp: state.next_offset
                  for tp, state in zip(targets, await self._queue.states(targets), strict=True)}
         for tp, goal in goals.items():
@@ -245,6 +252,12 @@ class Hardener:
         idle_s = self._settings.lease_ms / 4000  # renew the lease well before it expires
         while not self._stopping.is_set():
             try:
+                if not self._leads(tp):
+                    if writer is not None:  # the partition moved to another node
+                        writer = None
+                        await self._queue.release_lease(tp, self._settings.owner)
+                    await asyncio.sleep(idle_s)
+                    continue
                 wakeup.clear()
                 wait_s = await self._until_due(tp, decided_below, idle_s)
                 if wait_s > 0:

@@ -25,6 +25,8 @@ Layout per partition (`{topic/partition}` is the hash tag):
                      t=time of its last append); pruned after a producer's long silence
   kiln:{t/p}:lease   string; the Kiln process that hardens this partition (fencing token)
   kiln:{t/p}:writer  string; the last process that took the lease and has not let go of it
+  kiln:{t/p}:leader  string; the partition's leader lease, `<epoch> <node id> <incarnation>`:
+                     appends are stored only under it (storage/leadership.py)
 
 The log queue only ever loses a prefix (hardened or delivered batches), so buffered bytes
 are `appended` minus the first entry's `c`: every removal recounts them exactly, however
@@ -68,9 +70,12 @@ end
 # is checked before any is stored, so a request is appended whole or not at all. A partition
 # without an incarnation of this Redis process is new, or was lost or partly lost by Redis:
 # nothing is appended until Kiln has started it again from what Kafka holds (returns code -1).
-# Returns {error code, first offset, duplicate (0/1), incarnation}.
+# Nothing is appended unless the partition's leader lease (KEYS[4]) still holds the fencing
+# token ARGV[4] (returns NOT_LEADER_OR_FOLLOWER). Returns {error code, first offset,
+# duplicate (0/1), incarnation}.
 _APPEND = _RUN_ID + """
 local log, meta, pids = KEYS[1], KEYS[2], KEYS[3]
+if redis.call('GET', KEYS[4]) ~= ARGV[4] then return {6, -1, 0, ''} end
 local now, level, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local incarnation = redis.call('HGET', meta, 'inc')
 if not incarnation or redis.call('HGET', meta, 'rid') ~= redis_run_id() then
@@ -79,7 +84,7 @@ end
 local M = 2147483648
 local plans, states = {}, {}
 for i = 0, count - 1 do
-  local a = 4 + i * 6
+  local a = 5 + i * 6
   local n, pid = tonumber(ARGV[a + 1]), ARGV[a + 2]
   local epoch, seq = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
   local plan = {data = ARGV[a], n = n, pid = pid, seq = seq, last = (seq + n - 1) % M,
@@ -484,11 +489,15 @@ class QueueRead:
 
 
 # Every key a partition has (the layout in the module's docstring).
-PARTITION_KEY_KINDS = ("log", "meta", "commits", "pids", "lease", "writer")
+PARTITION_KEY_KINDS = ("log", "meta", "commits", "pids", "lease", "writer", "leader")
 
 
-def _key(tp: TopicPartition, kind: str) -> str:
+def partition_key(tp: TopicPartition, kind: str) -> str:
     return f"kiln:{{{tp.topic}/{tp.partition}}}:{kind}"
+
+
+def partition_keys(tp: TopicPartition, *kinds: str) -> list[str]:
+    return [partition_key(tp, kind) for kind in kinds]
 
 
 class LogQueue:
@@ -525,16 +534,18 @@ class LogQueue:
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
 
-    async def append(self, requests: Sequence[AppendRequest], now_ms: int) -> list[AppendResult]:
-        """Append every partition's batches in one round trip (one script per partition)."""
-        calls: list[tuple[list[str], list[bytes | int]]] = []
-        for req in requests:
-            args: list[bytes | int] = [now_ms, int(req.reliability), len(req.batches)]
+    async def append(self, requests: Sequence[AppendRequest], now_ms: int,
+                     tokens: Sequence[str]) -> list[AppendResult]:
+        """Append every partition's batches in one round trip (one script per partition),
+        each under the fencing token given for it (storage/leadership.py)."""
+        calls: list[tuple[list[str], list[bytes | int | str]]] = []
+        for req, token in zip(requests, tokens, strict=True):
+            args: list[bytes | int | str] = [now_ms, int(req.reliability), len(req.batches),
+                                             token]
             for b in req.batches:
                 args += [b.data, b.record_count, b.producer_id, b.producer_epoch,
                          b.base_sequence, int(b.carries_kiln_header)]
-            calls.append(([_key(req.tp, "log"), _key(req.tp, "meta"), _key(req.tp, "pids")],
-                          args))
+            calls.append((partition_keys(req.tp, "log", "meta", "pids", "leader"), args))
         try:
             replies = await self._run_all(self._append, calls)
         except (RedisError, OSError) as exc:
@@ -574,7 +585,7 @@ class LogQueue:
             args.append(from_offset)
         try:
             incarnation, entries = await self._read_range(
-                keys=[_key(tp, "log"), _key(tp, "meta")], args=args)
+                keys=partition_keys(tp, "log", "meta"), args=args)
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
         return QueueRead(_text(incarnation),
@@ -587,8 +598,9 @@ class LogQueue:
         after it; None where there is none. One round trip."""
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.xrange(_key(tp, "log"), "-", "+", count=1)
-                pipe.evalsha(self._read_range.sha, 1, _key(tp, "log"), "-", 1, 1, from_offset)
+                stream = partition_key(tp, "log")
+                pipe.xrange(stream, "-", "+", count=1)
+                pipe.evalsha(self._read_range.sha, 1, stream, "-", 1, 1, from_offset)
                 oldest, (_, after) = await pipe.execute()
         except NoScriptError:
             return await self.peek_oldest(tp), next(iter(
@@ -600,7 +612,7 @@ class LogQueue:
 
     async def peek_oldest(self, tp: TopicPartition) -> StoredBatch | None:
         try:
-            entries = await self._redis.xrange(_key(tp, "log"), "-", "+", count=1)
+            entries = await self._redis.xrange(partition_key(tp, "log"), "-", "+", count=1)
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
         return _stored_batch(*entries[0]) if entries else None
@@ -611,14 +623,14 @@ class LogQueue:
         partition's state and the lowest offset the log queue still holds.
 
         One round trip: the batch that contains `offset` may start before it."""
-        key = _key(tp, "log")
+        key = partition_key(tp, "log")
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
                 pipe.xrevrange(key, f"{offset}-1", "-", count=1)
                 pipe.evalsha(self._read_range.sha, 1, key, f"{offset}-1", limit_bytes,
                              _READ_BATCHES)
                 pipe.xrange(key, "-", "+", count=1)
-                pipe.hgetall(_key(tp, "meta"))
+                pipe.hgetall(partition_key(tp, "meta"))
                 before, after, first, meta = await pipe.execute(raise_on_error=False)
             if isinstance(after, NoScriptError):
                 after = await self._read_range(keys=[key],
@@ -649,8 +661,8 @@ class LogQueue:
         """The lowest offset the log queue still holds (the next offset when it is empty)."""
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.xrange(_key(tp, "log"), "-", "+", count=1)
-                pipe.hget(_key(tp, "meta"), "next")
+                pipe.xrange(partition_key(tp, "log"), "-", "+", count=1)
+                pipe.hget(partition_key(tp, "meta"), "next")
                 first, next_offset = await pipe.execute()
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
@@ -660,7 +672,7 @@ class LogQueue:
                                    from_offset: int = 0) -> StoredBatch | None:
         """The first batch starting at or after `from_offset` whose max timestamp reaches
         `timestamp_ms`: the first record at or after that time is in it, or after it."""
-        key = _key(tp, "log")
+        key = partition_key(tp, "log")
         start = f"{from_offset}-0"
         try:
             while True:
@@ -678,7 +690,7 @@ class LogQueue:
 
     async def state(self, tp: TopicPartition) -> PartitionState:
         try:
-            raw = await self._redis.hgetall(_key(tp, "meta"))
+            raw = await self._redis.hgetall(partition_key(tp, "meta"))
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
         return _partition_state(raw)
@@ -691,7 +703,7 @@ class LogQueue:
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
                 for tp in tps:
-                    pipe.hgetall(_key(tp, kind))
+                    pipe.hgetall(partition_key(tp, kind))
                 return list(await pipe.execute())
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
@@ -709,7 +721,7 @@ class LogQueue:
         that wakes changes nothing its successor decides)."""
         try:
             removed = int(await self._finish_pass(
-                keys=[_key(tp, "log"), _key(tp, "meta"), _key(tp, "writer")],
+                keys=partition_keys(tp, "log", "meta", "writer"),
                 args=[trim_below, hardened_below, written_records, written_bytes,
                       delivered_records, expired_records, incarnation, owner]))
         except (RedisError, OSError) as exc:
@@ -731,7 +743,7 @@ class LogQueue:
         One round trip for all partitions."""
         tps = list(offsets)
         calls: list[tuple[list[str], Sequence[bytes | int | str]]] = [
-            ([_key(tp, "log"), _key(tp, "meta"), _key(tp, "commits")],
+            (partition_keys(tp, "log", "meta", "commits"),
              [group, offsets[tp], int(drop[tp.topic]), *durable_groups[tp.topic]])
             for tp in tps
         ]
@@ -752,7 +764,7 @@ class LogQueue:
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
                 for tp in tps:
-                    pipe.hdel(_key(tp, "commits"), group)
+                    pipe.hdel(partition_key(tp, "commits"), group)
                 await pipe.execute()
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
@@ -765,7 +777,7 @@ class LogQueue:
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
                 for tp in tps:  # one command per partition: its keys share a hash tag
-                    pipe.delete(*(_key(tp, kind) for kind in PARTITION_KEY_KINDS))
+                    pipe.delete(*(partition_key(tp, kind) for kind in PARTITION_KEY_KINDS))
                 return sum(int(n) for n in await pipe.execute())
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
@@ -775,7 +787,7 @@ class LogQueue:
         batches leave the log queue now (see _DELETE_BELOW)."""
         try:
             code, deleted, hardened, removed, incarnation = await self._delete_below(
-                keys=[_key(tp, "log"), _key(tp, "meta")], args=[offset])
+                keys=partition_keys(tp, "log", "meta"), args=[offset])
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
         if int(code) < 0:
@@ -788,7 +800,7 @@ class LogQueue:
     async def started(self, tp: TopicPartition) -> bool:
         """Whether the partition has an incarnation of the Redis process serving now."""
         try:
-            return bool(await self._started(keys=[_key(tp, "meta")]))
+            return bool(await self._started(keys=[partition_key(tp, "meta")]))
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
 
@@ -797,7 +809,7 @@ class LogQueue:
         one that is larger), in a new incarnation, unless it was started in the Redis
         process serving now. True when it was started here."""
         try:
-            return bool(await self._initialize(keys=[_key(tp, "meta")],
+            return bool(await self._initialize(keys=[partition_key(tp, "meta")],
                                                args=[next_offset, uuid.uuid4().hex]))
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
@@ -807,7 +819,7 @@ class LogQueue:
         `silent_since_ms` (Kafka's producer.id.expiration.ms): the hash would otherwise grow
         with every producer id ever seen. A forgotten producer that comes back is taken as
         new, as Kafka takes one whose state expired. Returns how many were forgotten."""
-        key = _key(tp, "pids")
+        key = partition_key(tp, "pids")
         removed = 0
         try:
             async for chunk in _stale_producer_chunks(self._redis, key, silent_since_ms):
@@ -820,7 +832,7 @@ class LogQueue:
     async def acquire_lease(self, tp: TopicPartition, owner: str, ttl_ms: int) -> Lease:
         """Take or renew the partition's hardening lease."""
         try:
-            return Lease(int(await self._lease(keys=[_key(tp, "lease"), _key(tp, "writer")],
+            return Lease(int(await self._lease(keys=partition_keys(tp, "lease", "writer"),
                                                args=[owner, ttl_ms])))
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
@@ -829,7 +841,7 @@ class LogQueue:
         """Let go of the lease: every write of this owner was answered, so the next one
         needs no fence."""
         try:
-            await self._release(keys=[_key(tp, "lease"), _key(tp, "writer")], args=[owner])
+            await self._release(keys=partition_keys(tp, "lease", "writer"), args=[owner])
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
 

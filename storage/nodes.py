@@ -28,8 +28,9 @@ import asyncio
 import json
 import logging
 import os
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, fields
 
 import redis.asyncio as aioredis
@@ -169,6 +170,10 @@ async def read_nodes(redis: aioredis.Redis) -> list[KilnNode]:
 _FIELDS = frozenset(f.name for f in fields(KilnNode)) - {"node_id"}
 
 
+def _identities(nodes: Sequence[KilnNode]) -> set[tuple[int, str, str]]:
+    return {(n.node_id, n.incarnation, n.address) for n in nodes}
+
+
 def decode_node(node_id: bytes | str | int, text: bytes | str) -> KilnNode | None:
     """A registration as read from the nodes hash; None for one that is not a registration
     (the scripts remove those). Fields a newer Kiln adds are left out."""
@@ -195,10 +200,45 @@ class Membership:
         self._host, self._port, self._http = "", 0, ""
         self._member = False
         self._task: asyncio.Task[None] | None = None
+        # The live nodes as last read from Redis, when, and who is told of changes.
+        self._live: tuple[KilnNode, ...] = ()
+        self._read_at = float("-inf")
+        self._view_listeners: list[Callable[[], Awaitable[object]]] = []
 
     @property
     def node_id(self) -> int:
         return self._node_id
+
+    @property
+    def incarnation(self) -> str:
+        return self._incarnation
+
+    def live_nodes(self) -> tuple[KilnNode, ...]:
+        """The live nodes as of the last heartbeat."""
+        return self._live
+
+    def view_age_s(self) -> float:
+        """How long ago the live nodes were last read from Redis."""
+        return time.monotonic() - self._read_at
+
+    def on_view_change(self, listener: Callable[[], Awaitable[object]]) -> None:
+        """Call `listener` after a heartbeat that found other live nodes than the last."""
+        self._view_listeners.append(listener)
+
+    async def refresh_view(self) -> bool:
+        """Read the live nodes; whether they changed. Raises BufferUnavailable."""
+        nodes = await read_nodes(self._redis)
+        now = self._clock_ms()
+        live = tuple(n for n in nodes if n.live(now))
+        self._read_at = time.monotonic()
+        changed = _identities(live) != _identities(self._live)
+        self._live = live
+        if changed:
+            log.info("live nodes: %s", ", ".join(f"{n.node_id} at {n.address}" for n in live)
+                     or "none")
+            for listener in self._view_listeners:
+                await listener()
+        return changed
 
     @property
     def member(self) -> bool:
@@ -222,6 +262,7 @@ class Membership:
                               else str(holder))
         self._node_id = int(node_id)
         self._member = True
+        await self.refresh_view()
         return self._node_id
 
     def bound(self, host: str, port: int, http: str) -> None:
@@ -230,8 +271,9 @@ class Membership:
         self._host, self._port, self._http = host, port, http
 
     async def heartbeat(self) -> bool:
-        """Renew the registration (register again under the same id if Redis lost it);
-        whether this process is a member now. Raises BufferUnavailable."""
+        """Renew the registration (register again under the same id if Redis lost it) and
+        read the live nodes; whether this process is a member now. Raises
+        BufferUnavailable."""
         now = self._clock_ms()
         try:
             renewed = await self._renew(keys=[NODES_KEY], args=[
@@ -250,6 +292,7 @@ class Membership:
                 log.error("node id %d is held by another live process: this process is not "
                           "a member of the cluster until it can register again", self._node_id)
         self._member = bool(renewed)
+        await self.refresh_view()
         return self._member
 
     def start(self) -> None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from storage import record_deletion
 from storage.acks import AckOutcome, SettledWaiters
-from storage.appender import Appender, PartitionStarts
+from storage.appender import Appender, PartitionLeases, PartitionStarts
 from storage.appends import AppendSignals
 from storage.budget import BufferBudget
 from storage.errors import (
@@ -73,11 +73,11 @@ class PartitionRead:
 class TieredLog:
     def __init__(self, queue: LogQueue, cold: ColdReader, starts: PartitionStarts,
                  waiters: SettledWaiters, budget: BufferBudget, delay: DelayObserver,
-                 metrics: KilnMetrics, signals: AppendSignals) -> None:
+                 metrics: KilnMetrics, signals: AppendSignals, leases: PartitionLeases) -> None:
         self._queue = queue
         self._cold = cold
         self._starts = starts
-        self._appender = Appender(queue, starts)
+        self._appender = Appender(queue, starts, leases)
         self._waiters = waiters
         self._budget = budget
         self._delay = delay

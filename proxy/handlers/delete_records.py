@@ -23,8 +23,7 @@ _NO_WATERMARK = -1
 
 async def _delete(ctx: KilnContext, tp: TopicPartition, offset: int) -> int:
     """The partition's low watermark after the deletion; raises KafkaError."""
-    if not await ctx.topics.has_partition(tp):
-        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, tp.topic)
+    await ctx.check_partition(tp)
     return await ctx.log.delete_records(tp, offset)
 
 

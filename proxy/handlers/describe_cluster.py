@@ -1,9 +1,9 @@
-"""DescribeCluster: the cluster as Metadata shows it — Kiln's node the only broker and the
-controller, under the cluster id Metadata reports. Kiln is reached as a broker: asked for the
-controllers (endpoint type 2, v1+) it answers MISMATCHED_ENDPOINT_TYPE, for a type it does
-not know UNSUPPORTED_ENDPOINT_TYPE, as a Kafka broker does. Kiln authorizes nothing, so it
-computes no authorized operations: the field reads "not provided" (Integer.MIN_VALUE), as it
-does in Kiln's DescribeGroups answers."""
+"""DescribeCluster: the cluster as Metadata shows it — the live Kiln nodes the brokers, the
+lowest node id the controller, under the cluster id Metadata reports. Kiln is reached as a
+broker: asked for the controllers (endpoint type 2, v1+) it answers MISMATCHED_ENDPOINT_TYPE,
+for a type it does not know UNSUPPORTED_ENDPOINT_TYPE, as a Kafka broker does. Kiln
+authorizes nothing, so it computes no authorized operations: the field reads "not provided"
+(Integer.MIN_VALUE), as it does in Kiln's DescribeGroups answers."""
 
 from __future__ import annotations
 
@@ -26,13 +26,13 @@ async def handle(ctx: KilnContext, request: Request) -> Message:
     if endpoint_type != _BROKERS_ENDPOINT:
         return _refusal(request, ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
                         f"Unsupported endpoint type {endpoint_type}")
-    settings = ctx.settings
+    brokers = ctx.brokers()
     return _RESP[request.header.request_api_version](
         throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
-        endpoint_type=_BROKERS_ENDPOINT, cluster_id=settings.cluster_id,
-        controller_id=settings.node_id,
-        brokers=[_BROKER(broker_id=settings.node_id, host=settings.advertised_host,
-                         port=settings.advertised_port, rack=None, is_fenced=False)],
+        endpoint_type=_BROKERS_ENDPOINT, cluster_id=ctx.settings.cluster_id,
+        controller_id=min(brokers),
+        brokers=[_BROKER(broker_id=node, host=host, port=port, rack=None, is_fenced=False)
+                 for node, (host, port) in brokers.items()],
         authorized_operations=None)
 
 

@@ -16,7 +16,7 @@ from proxy.context import KilnContext
 from storage.model import TopicPartition
 from storage.tiered_log import PartitionRead
 from wire.apis import CLIENT_APIS, ApiKey, Message, Request
-from wire.errors import ErrorCode
+from wire.errors import ErrorCode, KafkaError
 
 _RESP = CLIENT_APIS[ApiKey.FETCH].response
 _TOPIC = _RESP.FetchableTopicResponse
@@ -29,8 +29,10 @@ _RECHECK_S = 0.1
 
 async def _read_partition(ctx: KilnContext, tp: TopicPartition, offset: int,
                           limit_bytes: int, at_least_one: bool) -> PartitionRead:
-    if not await ctx.topics.has_partition(tp):
-        return PartitionRead(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    try:
+        await ctx.check_partition(tp)
+    except KafkaError as exc:
+        return PartitionRead(exc.error_code)
     return await ctx.log.read(tp, offset, limit_bytes, at_least_one=at_least_one)
 
 

@@ -1,5 +1,6 @@
-"""FindCoordinator: Kiln coordinates every consumer group itself; it offers no transactions,
-so a transaction coordinator is never available (clients retry, then give up)."""
+"""FindCoordinator: a group's coordinator is the Kiln node the group is placed on
+(storage/leadership.py). Kiln offers no transactions, so a transaction coordinator is never
+available (clients retry, then give up)."""
 
 from __future__ import annotations
 
@@ -23,11 +24,13 @@ class _Found:
     port: int = -1
 
 
-def _locate(ctx: KilnContext, key_type: int) -> _Found:
+def _locate(ctx: KilnContext, key_type: int, key: str) -> _Found:
     if key_type == GROUP:
-        settings = ctx.settings
-        return _Found(ErrorCode.NONE, None, settings.node_id, settings.advertised_host,
-                      settings.advertised_port)
+        node = ctx.cluster.coordinator(key)
+        address = ctx.brokers().get(node)
+        if address is None:  # placed on a node that left since: the client asks again
+            return _Found(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return _Found(ErrorCode.NONE, None, node, *address)
     if key_type == TRANSACTION:
         return _Found(ErrorCode.COORDINATOR_NOT_AVAILABLE, "Kiln does not offer transactions")
     return _Found(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}")
@@ -38,8 +41,9 @@ async def handle(ctx: KilnContext, request: Request) -> Message:
     version = request.header.request_api_version
     key_type = body.key_type if version >= 1 else GROUP
     if version >= 4:
-        return _body(version, [(key, _locate(ctx, key_type)) for key in body.coordinator_keys])
-    return _body(version, [(body.key, _locate(ctx, key_type))])
+        return _body(version, [(key, _locate(ctx, key_type, key))
+                                for key in body.coordinator_keys])
+    return _body(version, [(body.key, _locate(ctx, key_type, body.key))])
 
 
 def _body(version: int, found: list[tuple[str, _Found]]) -> Message:

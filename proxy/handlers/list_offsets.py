@@ -45,8 +45,7 @@ _NOT_FOUND = (-1, -1)
 async def _offset(ctx: KilnContext, tp: TopicPartition, timestamp: int, version: int,
                   current_leader_epoch: int) -> tuple[int, int]:
     """(offset, timestamp) for one partition; raises KafkaError."""
-    if not await ctx.topics.has_partition(tp):
-        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, tp.topic)
+    await ctx.check_partition(tp)
     check_current_leader_epoch(current_leader_epoch)
     if timestamp < 0 and version < _SINCE_VERSION.get(timestamp, version + 1):
         raise KafkaError(ErrorCode.UNSUPPORTED_VERSION,

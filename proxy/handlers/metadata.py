@@ -1,10 +1,12 @@
-"""Metadata: Kiln advertises itself as the only broker and leader of every partition."""
+"""Metadata: the live Kiln nodes are the brokers, each partition led by the node it is
+placed on (storage/leadership.py), its only replica; the controller is the lowest node id."""
 
 from __future__ import annotations
 
 import uuid
 
 from proxy.context import KilnContext
+from storage.model import TopicPartition
 from storage.topics import TopicConfig, validate_topic_name
 from wire.apis import CLIENT_APIS, ApiKey, Message, Request
 from wire.errors import ErrorCode, KafkaError
@@ -17,18 +19,14 @@ _ZERO_UUID = uuid.UUID(int=0)
 
 
 def _topic_entry(ctx: KilnContext, config: TopicConfig) -> Message:
-    node = ctx.settings.node_id
-    return _TOPIC(
-        error_code=0,
-        name=config.name,
-        topic_id=config.uuid,
-        is_internal=False,
-        partitions=[
-            _PARTITION(error_code=0, partition_index=p, leader_id=node, leader_epoch=0,
-                       replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
-            for p in range(config.partitions)
-        ],
-    )
+    partitions = []
+    for p in range(config.partitions):
+        node = ctx.cluster.leader(TopicPartition(config.name, p))
+        partitions.append(_PARTITION(
+            error_code=0, partition_index=p, leader_id=node, leader_epoch=0,
+            replica_nodes=[node], isr_nodes=[node], offline_replicas=[]))
+    return _TOPIC(error_code=0, name=config.name, topic_id=config.uuid, is_internal=False,
+                  partitions=partitions)
 
 
 def _error_entry(name: str | None, topic_id: uuid.UUID | None, code: ErrorCode) -> Message:
@@ -68,12 +66,12 @@ async def _requested(ctx: KilnContext, request: Request) -> list[Message]:
 
 
 async def handle(ctx: KilnContext, request: Request) -> Message:
-    settings = ctx.settings
+    brokers = ctx.brokers()
     return _RESP[request.header.request_api_version](
         throttle_time_ms=0,
-        brokers=[_BROKER(node_id=settings.node_id, host=settings.advertised_host,
-                         port=settings.advertised_port, rack=None)],
-        cluster_id=settings.cluster_id,
-        controller_id=settings.node_id,
+        brokers=[_BROKER(node_id=node, host=host, port=port, rack=None)
+                 for node, (host, port) in brokers.items()],
+        cluster_id=ctx.settings.cluster_id,
+        controller_id=min(brokers),
         topics=await _requested(ctx, request),
     )

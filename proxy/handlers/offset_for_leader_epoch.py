@@ -42,8 +42,7 @@ def check_current_leader_epoch(current: int) -> None:
 async def _end_of_epoch(ctx: KilnContext, tp: TopicPartition, current: int,
                         epoch: int) -> tuple[int, int]:
     """(leader epoch, end offset) for one partition; raises KafkaError."""
-    if not await ctx.topics.has_partition(tp):
-        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, tp.topic)
+    await ctx.check_partition(tp)
     check_current_leader_epoch(current)
     if epoch == _NO_EPOCH or epoch > KILN_LEADER_EPOCH:
         return _NO_EPOCH, _NO_OFFSET

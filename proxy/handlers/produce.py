@@ -91,6 +91,9 @@ async def _plan(ctx: KilnContext, request: Request, outcomes: dict[TopicPartitio
                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                     f"{topic.name} has {config.partitions} partitions"))
                 continue
+            if not ctx.cluster.leads(tp):
+                outcomes[tp] = _fail(ctx.not_leader(tp))
+                continue
             header = batch.header
             # A produce request holds exactly one batch per partition (validated above).
             data = part.records if len(batch.data) == len(part.records) else bytes(batch.data)

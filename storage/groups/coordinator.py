@@ -1,10 +1,12 @@
 """The group coordinator: Kafka's classic group protocol and the KIP-848 consumer group
 protocol for the clients of this Kiln.
 
-Only one Kiln process coordinates a given group. Kiln's Metadata advertises a single broker
-and FindCoordinator names this process, so every member of a group talks to the same Kiln;
-two Kiln processes serving members of one group would each run their own rebalances over
-the same Redis keys (scale-out needs group ownership through leases first, DESIGN §7).
+One Kiln node coordinates a given group: FindCoordinator names the node the group is placed
+on (storage/leadership.py), and every other node answers the group's requests with
+NOT_COORDINATOR, so every member of a group talks to the same node. When the nodes change,
+a group that moves is dropped from the old node's memory (`forget_uncoordinated`); should
+two nodes hold a group at once while their views of the nodes differ, the store's revision
+check below keeps either from overwriting the other's writes.
 
 A group lives in memory while it is used, driven by an I/O-free state machine: `membership`
 for a classic group, `consumer_group` for a KIP-848 one (one group id is one kind at a time:
@@ -26,6 +28,7 @@ first, beyond `max_groups`), and a group's lock lives only while it is held or a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import dataclasses
 import itertools
@@ -33,12 +36,12 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from storage.clock import wall_clock_ms
-from storage.errors import StorageError
+from storage.errors import NotCoordinator, StorageError
 from storage.groups.consumer_group import ConsumerGroup
 from storage.groups.consumer_model import (
     ConsumerGroupSettings,
@@ -166,8 +169,11 @@ class GroupCoordinator:
                  unique_suffix: Callable[[], str] = lambda: str(uuid.uuid4()),
                  cache: GroupCacheSettings | None = None,
                  consumer_settings: ConsumerGroupSettings | None = None,
-                 offsets_listener: OffsetListener | None = None) -> None:
+                 offsets_listener: OffsetListener | None = None,
+                 coordinates: Callable[[str], bool] = lambda group_id: True) -> None:
         self._store = store
+        # Whether this node coordinates a group now (storage/leadership.py).
+        self._coordinates = coordinates
         self._offsets_listener = offsets_listener
         self.settings = settings
         self.consumer_settings = consumer_settings or ConsumerGroupSettings()
@@ -198,7 +204,7 @@ class GroupCoordinator:
         error = join_precheck(request, self.settings)
         if error is not None:
             return _done(JoinResult(error, request.member_id))
-        async with self._locks.hold(request.group_id):
+        async with self._coordinating(request.group_id):
             loaded = await self._get(request.group_id,
                                      create=request.member_id == UNKNOWN_MEMBER_ID)
             if loaded is None:
@@ -217,7 +223,7 @@ class GroupCoordinator:
         """The answer, once the group has one (a follower waits for the leader's)."""
         if not request.group_id:
             return _done(SyncResult(ErrorCode.INVALID_GROUP_ID))
-        async with self._locks.hold(request.group_id):
+        async with self._coordinating(request.group_id):
             loaded = await self._get(request.group_id, create=False)
             if loaded is None or not isinstance(loaded.group, Group):
                 return _done(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
@@ -230,7 +236,7 @@ class GroupCoordinator:
                         generation_id: int) -> ErrorCode:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
-        async with self._locks.hold(group_id):
+        async with self._coordinating(group_id):
             loaded = await self._get(group_id, create=False)
             if loaded is None or not isinstance(loaded.group, Group):
                 return ErrorCode.UNKNOWN_MEMBER_ID
@@ -242,7 +248,7 @@ class GroupCoordinator:
     async def leave(self, group_id: str, leaving: Sequence[MemberIdentity]) -> list[ErrorCode]:
         """One code per leaving member; raises nothing for unknown groups (each member is
         then UNKNOWN_MEMBER_ID, as Kafka answers)."""
-        async with self._locks.hold(group_id):
+        async with self._coordinating(group_id):
             loaded = await self._get(group_id, create=False)
             if loaded is None or not isinstance(loaded.group, Group):
                 return [ErrorCode.UNKNOWN_MEMBER_ID for _ in leaving]
@@ -253,7 +259,7 @@ class GroupCoordinator:
     async def describe(self, group_id: str) -> GroupSummary:
         """A classic group as DescribeGroups tells it; a consumer group is not one (Kafka
         describes it as Dead there: ConsumerGroupDescribe tells it)."""
-        async with self._locks.hold(group_id):
+        async with self._coordinating(group_id):
             loaded = await self._get(group_id, create=False)
             if loaded is None or not isinstance(loaded.group, Group):
                 return dead_summary(group_id)
@@ -262,16 +268,19 @@ class GroupCoordinator:
     async def describe_consumer_group(self, group_id: str) -> ConsumerGroup | None:
         """A copy of the consumer group as it is now; None when there is no consumer group
         of that id."""
-        async with self._locks.hold(group_id):
+        async with self._coordinating(group_id):
             loaded = await self._get(group_id, create=False)
             if loaded is None or not isinstance(loaded.group, ConsumerGroup):
                 return None
             return copy.deepcopy(loaded.group)
 
     async def list_groups(self) -> list[GroupListing]:
+        """The groups this node coordinates, as Kafka's brokers each list theirs."""
         listed = []
         for group_id in sorted(set(await self._store.group_ids()) | set(self._groups)):
-            async with self._locks.hold(group_id):
+            if not self._coordinates(group_id):
+                continue
+            async with self._coordinating(group_id):
                 loaded = await self._get(group_id, create=False)
                 if loaded is None:
                     continue
@@ -293,7 +302,7 @@ class GroupCoordinator:
         refused = heartbeat_precheck(request)
         if refused is not None:
             return refused
-        async with self._locks.hold(request.group_id):
+        async with self._coordinating(request.group_id):
             loaded = await self._get(request.group_id, create=False)
             if loaded is None:
                 loaded = self._install(request.group_id,
@@ -343,7 +352,7 @@ class GroupCoordinator:
                              version: int = 8) -> dict[TopicPartition, ErrorCode]:
         """Validate the committer as Kafka does, then store what passed (before answering)
         and tell the offsets listener."""
-        async with self._locks.hold(group_id):
+        async with self._coordinating(group_id):
             # A group unknown to Kafka is created by a commit that does not use group
             # management (generation < 0); otherwise it is a commit from an old generation.
             loaded = await self._get(group_id, create=generation_id < 0)
@@ -392,6 +401,8 @@ class GroupCoordinator:
     async def fetch_offsets(self, group_id: str, tps: Sequence[TopicPartition] | None
                             ) -> dict[TopicPartition, CommittedOffset]:
         """The committed offsets among `tps` (every committed one when None)."""
+        if not self._coordinates(group_id):
+            raise NotCoordinator(group_id)
         return await self._store.load_offsets(group_id, tps)
 
     async def validate_fetch(self, group_id: str, member_id: str | None,
@@ -400,7 +411,7 @@ class GroupCoordinator:
         Kafka checks them (a classic group, or none, checks nothing)."""
         if member_id is None and member_epoch < 0:
             return ErrorCode.NONE
-        async with self._locks.hold(group_id):
+        async with self._coordinating(group_id):
             loaded = await self._get(group_id, create=False)
             if loaded is None or not isinstance(loaded.group, ConsumerGroup):
                 return ErrorCode.NONE
@@ -412,7 +423,7 @@ class GroupCoordinator:
         """Delete a group without members, its metadata and committed offsets (Kafka's
         DeleteGroups): GROUP_ID_NOT_FOUND for a group Kiln does not know, NON_EMPTY_GROUP
         for one with members."""
-        async with self._locks.hold(group_id):
+        async with self._coordinating(group_id):
             loaded = await self._get(group_id, create=False)
             if loaded is None:
                 stored = await self._store.load(group_id)
@@ -440,7 +451,7 @@ class GroupCoordinator:
         of topics its members are subscribed to."""
         if not group_id:
             return OffsetDeletion(ErrorCode.INVALID_GROUP_ID)
-        async with self._locks.hold(group_id):
+        async with self._coordinating(group_id):
             loaded = await self._get(group_id, create=False)
             if loaded is None:
                 stored = await self._store.load(group_id)
@@ -472,6 +483,26 @@ class GroupCoordinator:
             return OffsetDeletion(ErrorCode.NONE, subscribed, tuple(deleted))
 
     # --- loading, persisting, answering, timers ------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _coordinating(self, group_id: str) -> AsyncIterator[None]:
+        """Hold the group's lock, if this node coordinates the group (else NotCoordinator)."""
+        if not self._coordinates(group_id):
+            raise NotCoordinator(group_id)
+        async with self._locks.hold(group_id):
+            yield
+
+    def forget_uncoordinated(self) -> int:
+        """Drop from memory the groups another node coordinates now (the nodes changed):
+        their waiting members are answered and look the coordinator up again, and the group
+        is read from Redis afresh if it comes back. How many were dropped."""
+        moved = [loaded for group_id, loaded in self._groups.items()
+                 if not self._coordinates(group_id)]
+        for loaded in moved:
+            self._abandon(loaded)
+        if moved:
+            log.info("%d groups moved to other nodes", len(moved))
+        return len(moved)
 
     async def _get(self, group_id: str, *, create: bool) -> _Loaded | None:
         now = self._clock_ms()

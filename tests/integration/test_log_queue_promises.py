@@ -12,6 +12,7 @@ import redis
 
 from storage import redis_pool
 from storage.errors import Fenced, PartitionLost
+from storage.leadership import lease_key
 from storage.log_queue import AppendBatch, AppendRequest, AppendResult, Lease, LogQueue
 from storage.model import Reliability, TopicPartition
 from storage.topics import new_topic, with_kiln_configs
@@ -20,6 +21,10 @@ from wire.errors import ErrorCode, KafkaError
 
 T = TypeVar("T")
 TP = TopicPartition("orders", 0)
+
+
+# The partition's leader lease, as storage.leadership writes it: appends are made under it.
+TOKEN = "1 0 this-process"
 
 
 def run(redis_url: str, body: Callable[[LogQueue], Awaitable[T]]) -> T:
@@ -38,9 +43,32 @@ def batch(values: list[bytes], producer: tuple[int, int, int] = (-1, -1, -1)) ->
 
 
 async def append(queue: LogQueue, *batches: AppendBatch, now: int = 1000) -> AppendResult:
+    # This process leads the partition, unless a test gave the lease to another.
+    await queue.redis.set(lease_key(TP), TOKEN, nx=True)
     [result] = await queue.append([AppendRequest(TP, Reliability.RELIABLE_PERSISTENT,
-                                                 list(batches))], now)
+                                                 list(batches))], now, [TOKEN])
     return result
+
+
+def test_an_append_under_a_lease_another_node_took_stores_nothing(
+        redis_client: redis.Redis, redis_url: str) -> None:
+    # Given a partition appended to under this process's lease, which another node then took
+    # (this process was paused past its session)
+    async def scenario(queue: LogQueue) -> tuple[AppendResult, AppendResult, int]:
+        await queue.initialize(TP, 0)
+        before = await append(queue, batch([b"a", b"b"]))
+        redis_client.set(lease_key(TP), "2 1 another-process")
+        # When this process appends again with the token it holds
+        fenced = await append(queue, batch([b"c"]))
+        return before, fenced, (await queue.state(TP)).next_offset
+
+    before, fenced, next_offset = run(redis_url, scenario)
+
+    # Then it is told it no longer leads the partition, and nothing is stored
+    assert (before.error_code, before.base_offset) == (ErrorCode.NONE, 0)
+    assert fenced.error_code is ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert next_offset == 2
+    assert redis_client.xlen(f"kiln:{{{TP.topic}/{TP.partition}}}:log") == 1
 
 
 def test_a_partition_redis_does_not_know_is_not_appended_to(

@@ -80,11 +80,12 @@ def test_nodes_on_one_redis_take_distinct_ids_and_deregister_when_stopped(
     try:
         for _ in range(3):
             kilns.append(start_kiln(nodes_cleared, kafka_bootstrap))
-        # Then each took an id no other holds, the lowest free ones, and tells clients so
+        # Then each took an id no other holds, the lowest free ones, and every node tells
+        # clients of all three (once a heartbeat read the nodes that came after it)
         ids = [k.app.node_id for k in kilns]
         assert sorted(ids) == [0, 1, 2]
         for kiln in kilns:
-            assert metadata_broker_ids(kiln.bootstrap) == {kiln.app.node_id}
+            assert eventually(lambda k=kiln: metadata_broker_ids(k.bootstrap) == {0, 1, 2})
             assert kiln.settings.node_id == kiln.app.node_id
         # and Redis lists them live, with the addresses they are reached at
         nodes = live(nodes_cleared)
@@ -149,7 +150,9 @@ def test_a_killed_node_is_seen_dead_and_keeps_its_id_when_it_restarts(
         # When it is started again at the same address, it is the same node
         node_process.start()
         assert live(nodes_cleared)[killed_id].address == node_process.bootstrap
-        assert metadata_broker_ids(node_process.bootstrap) == {killed_id}
+        # (and tells clients of the others once it reads them)
+        assert eventually(lambda: metadata_broker_ids(node_process.bootstrap)
+                          == set(live(nodes_cleared)))
 
 
 def test_a_paused_node_is_seen_dead_and_is_a_member_again_when_it_wakes(
@@ -185,7 +188,8 @@ def test_kiln_nodes_lists_live_and_dead_nodes(node_process: KilnProcess, nodes_c
         table = CliRunner().invoke(main, ["nodes", "--redis-url", nodes_cleared])
         assert table.exit_code == 0
         assert table.output.splitlines()[0].split() == [
-            "NODE_ID", "STATE", "ADDRESS", "HTTP", "PID", "UP_S", "HEARD_S_AGO"]
+            "NODE_ID", "STATE", "ADDRESS", "HTTP", "PID", "UP_S", "HEARD_S_AGO", "PARTITIONS",
+            "GROUPS"]
 
 
 def test_two_nodes_on_one_host_start_with_default_http_ports(
