@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import uuid
 
 from cli.settings import Settings
 from proxy.context import KilnContext, ServerSettings
@@ -78,7 +77,9 @@ class KilnApp:
         )
         self.waiters = SettledWaiters(self.queue)
         self.budget = BufferBudget(self.queue, self.catalog, settings.buffer_budget_bytes)
-        owner = f"{name}-{uuid.uuid4().hex}"
+        # This process's hardening leases are held under its node incarnation, so that one a
+        # dead node held is taken over as soon as the node is seen dead.
+        owner = self.membership.incarnation
         subscriptions = SubscriptionRegistry(self.queue.redis)
         fixed = settings.harden_delay_ms if settings.delay_policy == "fixed" else None
         self.delay = DelayObserver(delay_limits(settings), fixed_delay_ms=fixed)
@@ -89,7 +90,9 @@ class KilnApp:
         self.hardener = Hardener(self.queue, self.catalog, self.kafka, self.delay, self.waiters,
                                  HardenerSettings(owner=owner), subscriptions,
                                  buffer_fill=lambda: self.budget.fill,
-                                 leads=self.leadership.leads)
+                                 leads=self.leadership.leads,
+                                 live_owners=lambda: [
+                                     n.incarnation for n in self.membership.live_nodes()])
         self.delivery = Delivery(self.queue, self.catalog.registry, subscriptions, self.waiters,
                                  on_delivered=self.delay.delivered)
         # Reads get their own connections: a large fetch must not hold up hardening writes,

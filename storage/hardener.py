@@ -66,8 +66,9 @@ class HardenerSettings:
     tick_s: float = 0.05
     read_limit_bytes: int = 16 * 1024 * 1024
     max_batch_bytes: int = 1_000_000
-    # After a crash the successor waits this long for the dead process's lease; Kafka-side
-    # fencing, not the lease, is what keeps a paused process from writing.
+    # After a crash the successor waits this long for the dead process's lease (unless the
+    # process's node is seen dead first); Kafka-side fencing, not the lease, is what keeps
+    # a paused process from writing.
     lease_ms: int = 4_000
     max_backoff_s: float = 5.0
     topic_scan_s: float = 1.0
@@ -95,8 +96,12 @@ class Hardener:
                  subscriptions: DurableSubscriptions,
                  clock: Callable[[], int] = wall_clock_ms,
                  buffer_fill: Callable[[], float] = lambda: 0.0,
-                 leads: Callable[[TopicPartition], bool] = lambda tp: True) -> None:
+                 leads: Callable[[TopicPartition], bool] = lambda tp: True,
+                 live_owners: Callable[[], Sequence[str]] = lambda: ()) -> None:
         self._queue = queue
+        # The owners (node incarnations) of the live nodes: a lease one that is not among them
+        # holds is taken over at once, not when it runs out.
+        self._live_owners = live_owners
         # Whether this node leads a partition (storage/leadership.py): only its leader
         # hardens it, so that the appends that wake a partition's task are this node's.
         self._leads = leads
@@ -270,7 +275,8 @@ class Hardener:
                     # no lease: its keys would outlive it.
                     await self._registered(tp.topic)
                 lease = await self._queue.acquire_lease(tp, self._settings.owner,
-                                                        self._settings.lease_ms)
+                                                        self._settings.lease_ms,
+                                                        self._live_owners())
                 if lease is Lease.REFUSED:
                     log.debug("%s/%d: another Kiln process holds the lease", tp.topic,
                               tp.partition)

@@ -273,12 +273,20 @@ return {0, tonumber(redis.call('HGET', meta, 'deleted') or '0'), hardened, b1 - 
 """
 
 # Take or renew the hardening lease of a partition (KEYS[1]); KEYS[2] names the last owner
-# that took it and has not let go. Returns 0 when another owner holds it, 1 when this owner
-# does, 2 when this owner just took it over from one that did not let go (crashed, or
-# paused and maybe still in the middle of a write).
+# that took it and has not let go. ARGV: owner, time to live (ms), then, when known, every
+# live owner: a holder not among them is taken over at once instead of when its lease runs
+# out. Returns 0 when another owner holds it, 1 when this owner does, 2 when this owner just
+# took it over from one that did not let go (crashed, or paused and maybe still in the
+# middle of a write).
 _LEASE = """
 local holder = redis.call('GET', KEYS[1])
-if holder ~= false and holder ~= ARGV[1] then return 0 end
+if holder ~= false and holder ~= ARGV[1] then
+  local alive = #ARGV < 3
+  for i = 3, #ARGV do
+    if ARGV[i] == holder then alive = true end
+  end
+  if alive then return 0 end
+end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 local writer = redis.call('GET', KEYS[2])
 if writer == ARGV[1] then return 1 end
@@ -829,11 +837,13 @@ class LogQueue:
             raise BufferUnavailable(str(exc)) from exc
         return removed
 
-    async def acquire_lease(self, tp: TopicPartition, owner: str, ttl_ms: int) -> Lease:
-        """Take or renew the partition's hardening lease."""
+    async def acquire_lease(self, tp: TopicPartition, owner: str, ttl_ms: int,
+                            live_owners: Sequence[str] = ()) -> Lease:
+        """Take or renew the partition's hardening lease; with `live_owners`, take it at once
+        from a holder that is not among them (its process is gone)."""
         try:
             return Lease(int(await self._lease(keys=partition_keys(tp, "lease", "writer"),
-                                               args=[owner, ttl_ms])))
+                                               args=[owner, ttl_ms, *live_owners])))
         except (RedisError, OSError) as exc:
             raise BufferUnavailable(str(exc)) from exc
 

@@ -120,6 +120,26 @@ def test_a_new_incarnation_is_told_apart_and_a_pass_over_the_old_one_trims_nothi
     assert buffered == 1
 
 
+def test_a_hardening_lease_is_taken_at_once_from_an_owner_no_longer_live(
+        redis_client: redis.Redis, redis_url: str) -> None:
+    # Given a partition whose hardening lease A holds, for a minute
+    async def scenario(queue: LogQueue) -> tuple[Lease, Lease, Lease]:
+        redis_client.flushdb()
+        assert await queue.acquire_lease(TP, "A", 60_000) is Lease.HELD
+        # When B asks for it while A is live, then once A is not among the live owners
+        while_live = await queue.acquire_lease(TP, "B", 60_000, ["A", "B"])
+        once_gone = await queue.acquire_lease(TP, "B", 60_000, ["B"])
+        # and A, back, asks while B is live
+        back = await queue.acquire_lease(TP, "A", 60_000, ["A", "B"])
+        return while_live, once_gone, back
+
+    while_live, once_gone, back = run(redis_url, scenario)
+
+    # Then B waits while A lives, takes it over (to be fenced in Kafka) once A is gone, and
+    # A does not get it back from a live B
+    assert (while_live, once_gone, back) == (Lease.REFUSED, Lease.TAKEN_OVER, Lease.REFUSED)
+
+
 def test_a_pass_by_a_paused_owner_whose_lease_was_taken_over_changes_nothing(
         redis_client: redis.Redis, redis_url: str) -> None:
     # Given a partition hardened by A, who read its batches and then paused past its lease,
