@@ -119,9 +119,10 @@ def start_kafka_cluster(size: int = 3, *, warm_up_records: int = WARM_UP_RECORDS
     return _warmed(Broker("kafka-cluster", cluster.nodes, cluster), warm_up_records)
 
 
-def create_topic(bootstrap: str, topic: str, replication_factor: int = 1) -> None:
+def create_topic(bootstrap: str, topic: str, replication_factor: int = 1,
+                 partitions: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
-    new = NewTopic(topic, 1, replication_factor)
+    new = NewTopic(topic, partitions, replication_factor)
     for future in admin.create_topics([new], operation_timeout=10).values():
         future.result(timeout=15)
 

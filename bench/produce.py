@@ -45,8 +45,10 @@ import datetime
 import json
 import os
 import platform
+import re
 import resource
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -175,10 +177,11 @@ class KilnProcess:
     """`kiln serve` as a child process in its own session, logging to a file."""
 
     def __init__(self, redis_url: str, kafka_bootstrap: str, delay_ms: int, *,
-                 workdir: Path, delay_policy: str = "fixed") -> None:
-        self.port = free_port()
+                 workdir: Path, delay_policy: str = "fixed", workers: int = 1) -> None:
+        self.port = free_ports(workers)
+        self.workers = workers
         self.log_path = workdir / f"kiln-{self.port}.log"
-        cmd = [sys.executable, "-m", "cli", "serve",
+        cmd = [sys.executable, "-m", "cli", "serve", "--workers", str(workers),
                "--listen", f"127.0.0.1:{self.port}", "--redis-url", redis_url,
                "--kafka-bootstrap", kafka_bootstrap, "--harden-delay-ms", str(delay_ms),
                "--delay-policy", delay_policy]
@@ -202,11 +205,18 @@ class KilnProcess:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
 
+    def worker_pids(self) -> list[int | None]:
+        """The node processes: this one, or the workers its supervisor started."""
+        if self.workers == 1:
+            return [self.pid]
+        return [int(m) for m in re.findall(r"worker \d+ started \(pid (\d+)\)",
+                                           self.log_text())[-self.workers:]]
+
     def _wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             text = self.log_text()
-            if "Kiln ready" in text:
+            if text.count("Kiln ready") >= self.workers:
                 return
             if self.proc is not None and self.proc.poll() is not None:
                 raise BenchError(f"kiln exited with {self.proc.returncode} before it was ready:"
@@ -271,13 +281,14 @@ class Stack:
 
     @classmethod
     def start(cls, workdir: Path, broker: Broker | None = None, *, kiln_delay_ms: int | None,
-              kiln_delay_policy: str = "fixed") -> Stack:
+              kiln_delay_policy: str = "fixed", kiln_workers: int = 1) -> Stack:
         stack = cls(workdir, broker or start_broker(), owns_broker=broker is None)
         try:
             if kiln_delay_ms is not None:
                 stack.redis = LocalRedis().start()
                 stack.kiln = KilnProcess(stack.redis.url, stack.broker.bootstrap, kiln_delay_ms,
-                                         workdir=workdir, delay_policy=kiln_delay_policy)
+                                         workdir=workdir, delay_policy=kiln_delay_policy,
+                                         workers=kiln_workers)
         except BaseException:
             stack.close()
             raise
@@ -306,14 +317,15 @@ class Stack:
 
 @contextlib.contextmanager
 def stack_with_topic(workdir: Path, broker: Broker, kind: str, *, kiln_delay_ms: int | None,
-                     kiln_delay_policy: str = "fixed") -> Iterator[tuple[Stack, str]]:
+                     kiln_delay_policy: str = "fixed", kiln_workers: int = 1,
+                     partitions: int = 1) -> Iterator[tuple[Stack, str]]:
     """A started Stack and a fresh topic `bench-{kind}-…` created through its endpoint,
     replicated as `broker` replicates; the stack is closed on the way out."""
     stack = Stack.start(workdir, broker, kiln_delay_ms=kiln_delay_ms,
-                        kiln_delay_policy=kiln_delay_policy)
+                        kiln_delay_policy=kiln_delay_policy, kiln_workers=kiln_workers)
     try:
         topic = new_topic_name(kind)
-        create_topic(stack.endpoint, topic, broker.replication_factor)
+        create_topic(stack.endpoint, topic, broker.replication_factor, partitions)
         yield stack, topic
     finally:
         stack.close()
@@ -449,6 +461,20 @@ def paced_latency(bootstrap: str, topic: str, acks: str, rate: float, seconds: f
 
 
 # --- the measurements -----------------------------------------------------------------------
+
+def free_ports(count: int) -> int:
+    """A free port followed by `count - 1` free ones (a Kiln with that many workers)."""
+    for _ in range(100):
+        port = free_port()
+        try:
+            for extra in range(1, count):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", port + extra))
+        except OSError:
+            continue
+        return port
+    raise BenchError(f"no {count} consecutive free ports")
+
 
 def new_topic_name(kind: str) -> str:
     return f"bench-{kind}-{uuid.uuid4().hex[:10]}"

@@ -22,6 +22,7 @@ from cli.settings import Settings, dev_state_file
 from cli.status import status
 from cli.subscriptions import subscriptions
 from cli.topics import topics
+from cli.workers import command_flags, default_workers, supervise, worker_commands
 from storage.errors import StorageError
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,9 @@ _SERVE_OPTIONS = [
     click.option("--node-session-timeout-ms", type=int,
                  help="a node not heard from this long is dead to the others "
                  "[KILN_NODE_SESSION_TIMEOUT_MS]"),
+    click.option("--workers", type=int,
+                 help="node processes to run on this machine, on consecutive ports from "
+                 "--listen's; 0 (default): one per core [KILN_WORKERS]"),
     click.option("--redis-url", help="Redis holding the log queue [KILN_REDIS_URL]"),
     click.option("--kafka-bootstrap", help="HOST:PORT of the Kafka that survivors are hardened "
                  "to [KILN_KAFKA_BOOTSTRAP]"),
@@ -90,7 +94,7 @@ def serve(config_file: Path | None, **flags: Any) -> None:
     """Run the proxy against an existing Redis and Kafka."""
     settings = settings_from(config_file, **flags)
     logs.configure(settings.log_level, settings.log_json)
-    _run(settings)
+    _run(settings, {**flags, "config_file": config_file})
 
 
 @main.command()
@@ -127,7 +131,8 @@ def dev(config_file: Path | None, broker: str, **flags: Any) -> None:
         dev_instance.announce(state, shared)
         click.echo(f"other kiln commands use this instance while it runs ({state})")
     try:
-        _run(settings_from(config_file, **{**flags, **shared}))
+        values = {**flags, **shared}
+        _run(settings_from(config_file, **values), {**values, "config_file": config_file})
     finally:
         if state is not None:
             dev_instance.withdraw(state)
@@ -135,7 +140,13 @@ def dev(config_file: Path | None, broker: str, **flags: Any) -> None:
             service.stop()
 
 
-def _run(settings: Settings) -> None:
+def _run(settings: Settings, flags: dict[str, Any]) -> None:
+    """Serve in this process, or supervise `settings.workers` node processes (each given
+    `flags`, `kiln serve`'s own, and its own port)."""
+    workers = settings.workers or default_workers()
+    if workers > 1:
+        commands = worker_commands(settings, command_flags(serve, flags), workers)
+        raise SystemExit(supervise(commands))
     return_large_buffers_to_the_system()
     try:
         asyncio.run(_serve(settings))

@@ -67,6 +67,9 @@ class Settings:
     # A node not heard from for this long is dead to the others.
     node_heartbeat_ms: int = 1_000
     node_session_timeout_ms: int = 3_000
+    # `kiln serve` runs this many node processes on the machine (cli/workers.py); 0: one per
+    # core.
+    workers: int = 0
     max_frame_bytes: int = 100 * 1024 * 1024
     # What the Kafka listener may hold for its clients (proxy/limits.py).
     max_request_bytes: int = _LISTENER.max_request_bytes
@@ -192,7 +195,7 @@ def _validate(settings: Settings) -> Settings:
         raise SettingsError("node_heartbeat_ms: must be >= 1 and below node_session_timeout_ms, "
                             f"got {settings.node_heartbeat_ms}")
     for key in ("harden_delay_ms", "buffer_budget_bytes", "min_delay_ms",
-                "max_ack_delay_ms", "default_partitions"):
+                "max_ack_delay_ms", "default_partitions", "workers"):
         if getattr(settings, key) < 0:
             raise SettingsError(f"{key}: must be >= 0, got {getattr(settings, key)}")
     for key in ("max_frame_bytes", "risk_budget_bytes",

@@ -42,6 +42,7 @@ class KilnProcess:
         self.bootstrap = f"127.0.0.1:{port}"
         self._command = [
             kiln_executable(), "serve",
+            "--workers", "1",
             "--listen", self.bootstrap,
             "--redis-url", redis_url,
             "--kafka-bootstrap", kafka_bootstrap,

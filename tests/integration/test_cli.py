@@ -83,7 +83,8 @@ def test_unknown_config_key_is_named(tmp_path: Path) -> None:
 
 
 def test_unreachable_redis_is_reported(kafka_bootstrap: str) -> None:
-    result = run_kiln("serve", "--listen", "127.0.0.1:0", "--redis-url",
+    # (with two workers: one that fails as it starts stops the other, and the code is its)
+    result = run_kiln("serve", "--workers", "2", "--listen", "127.0.0.1:0", "--redis-url",
                       f"redis://127.0.0.1:{free_port()}/0", "--kafka-bootstrap", kafka_bootstrap)
 
     assert result.returncode == 1
@@ -91,8 +92,8 @@ def test_unreachable_redis_is_reported(kafka_bootstrap: str) -> None:
 
 
 def test_unreachable_kafka_is_reported(redis_url: str) -> None:
-    result = run_kiln("serve", "--listen", "127.0.0.1:0", "--redis-url", redis_url,
-                      "--kafka-bootstrap", f"127.0.0.1:{free_port()}")
+    result = run_kiln("serve", "--workers", "1", "--listen", "127.0.0.1:0",
+                      "--redis-url", redis_url, "--kafka-bootstrap", f"127.0.0.1:{free_port()}")
 
     assert result.returncode == 1
     assert "cannot reach Kafka at 127.0.0.1:" in result.stderr
@@ -102,8 +103,9 @@ def test_sigterm_hardens_everything_buffered_before_exit(
         redis_url: str, kafka_bootstrap: str, unique_topic: str) -> None:
     redis.Redis.from_url(redis_url).flushdb()
     port = free_port()
-    with kiln_process("serve", "--listen", f"127.0.0.1:{port}", "--redis-url", redis_url,
-                      "--kafka-bootstrap", kafka_bootstrap, "--delay-policy", "fixed",
+    with kiln_process("serve", "--workers", "1", "--listen", f"127.0.0.1:{port}",
+                      "--redis-url", redis_url, "--kafka-bootstrap", kafka_bootstrap,
+                      "--delay-policy", "fixed",
                       "--harden-delay-ms", "600000", port=port) as process:
         producer = KafkaProducer(bootstrap_servers=f"127.0.0.1:{port}", acks=1)
         for i in range(50):

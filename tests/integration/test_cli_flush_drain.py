@@ -134,8 +134,9 @@ def test_drain_stops_every_kiln_after_hardening_what_it_buffered(
         redis_url: str, kafka_bootstrap: str, unique_topic: str) -> None:
     redis.Redis.from_url(redis_url).flushdb()
     port = free_port()
-    with kiln_process("serve", "--listen", f"127.0.0.1:{port}", "--redis-url", redis_url,
-                      "--kafka-bootstrap", kafka_bootstrap, "--delay-policy", "fixed",
+    with kiln_process("serve", "--workers", "1", "--listen", f"127.0.0.1:{port}",
+                      "--redis-url", redis_url, "--kafka-bootstrap", kafka_bootstrap,
+                      "--delay-policy", "fixed",
                       "--harden-delay-ms", "600000", "--http-listen", "",
                       port=port) as process:
         producer = KafkaProducer(bootstrap_servers=f"127.0.0.1:{port}", acks=1)
