@@ -31,7 +31,6 @@ import datetime
 import json
 import multiprocessing
 import os
-import resource
 import statistics
 import sys
 import tempfile
@@ -59,9 +58,10 @@ VALUE_BYTES = 100
 
 
 def produce_share(bootstrap: str, topic: str, count: int, ready: Any, go: Event,
-                  done: Any) -> None:
+                  done: Any, leave: Event) -> None:
     """In a producer process: connect and learn the topic, say so, wait for the common
-    start, produce `count` records, report (start, end, errors)."""
+    start, produce `count` records, report (start, end, errors), and stay until told to
+    leave (its CPU time is read meanwhile)."""
     errors: list[Any] = []
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", **INGEST_PRODUCER,
                          "on_delivery": lambda err, _msg: errors.append(err)})
@@ -80,38 +80,43 @@ def produce_share(bootstrap: str, topic: str, count: int, ready: Any, go: Event,
             producer.poll(0.001)
     left = producer.flush(120)
     done.put((started, time.monotonic(), len(errors) + left))
+    leave.wait(60)
 
 
-def produce_together(bootstrap: str, topic: str, count: int, producers: int
+def produce_together(bootstrap: str, topic: str, count: int, producers: int,
+                     window: Callable[[list[int]], CpuWindow], until: Callable[[], None]
                      ) -> dict[str, Any]:
-    """`producers` processes producing `count` records between them; seconds from the
-    common start to the last delivery, and failed deliveries."""
+    """`producers` processes producing `count` records between them: seconds from the
+    common start to the last delivery (to the end of `until()` when given), failed
+    deliveries, and the CPU used meanwhile (`window`, given the producers' pids, is opened
+    once they are connected, just before the start)."""
     context = multiprocessing.get_context("spawn")  # no librdkafka state crosses a fork
-    ready, done, go = context.Queue(), context.Queue(), context.Event()
+    ready, done = context.Queue(), context.Queue()
+    go, leave = context.Event(), context.Event()
     shares = [count // producers + (i < count % producers) for i in range(producers)]
     processes = [context.Process(target=produce_share, args=(bootstrap, topic, share, ready,
-                                                             go, done))
+                                                             go, done, leave))
                  for share in shares]
     for process in processes:
         process.start()
     try:
-        for _ in processes:
-            ready.get(timeout=60)
+        pids = [ready.get(timeout=60) for _ in processes]
+        cpu = window(pids)
         go.set()
         reports = [done.get(timeout=300) for _ in processes]
+        until()
+        used = cpu.stop()
+        ended = time.monotonic()
+        leave.set()
     finally:
         for process in processes:
             process.join(30)
             if process.is_alive():
                 process.kill()
     start = min(r[0] for r in reports)
-    return {"seconds": max(r[1] for r in reports) - start,
-            "delivery_errors": sum(r[2] for r in reports), "started_at": start}
-
-
-def children_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+    last_delivery = max(r[1] for r in reports)
+    return {"seconds": last_delivery - start, "seconds_until": ended - start,
+            "delivery_errors": sum(r[2] for r in reports), "cpu": used}
 
 
 def measure(target: str, workers: int, args: argparse.Namespace, workdir: Path,
@@ -125,17 +130,18 @@ def measure(target: str, workers: int, args: argparse.Namespace, workdir: Path,
         pids: dict[str, Any] = {"broker": broker.pids}
         if stack.kiln is not None and stack.redis is not None:
             pids |= {"kiln": stack.kiln.worker_pids(), "redis": stack.redis.pid}
-        window = CpuWindow(**pids)
-        producers_cpu = children_cpu_s()
-        result = produce_together(stack.endpoint, topic, count, args.producers)
-        seconds = result["seconds"]
-        if end_to_end:
-            wait_hardened(broker.bootstrap, topic, count, args.partitions,
-                          timeout_s=args.e2e_timeout)
-            seconds = time.monotonic() - result["started_at"]
-        cpu = window.stop()
-        cpu.pop("producer_cpu_s", None)  # this process only waits
-        cpu["producers_cpu_s"] = round(children_cpu_s() - producers_cpu, 2)
+
+        def hardened() -> None:
+            if end_to_end:
+                wait_hardened(broker.bootstrap, topic, count, args.partitions,
+                              timeout_s=args.e2e_timeout)
+
+        result = produce_together(stack.endpoint, topic, count, args.producers,
+                                  lambda producers: CpuWindow(**pids, producers=producers),
+                                  hardened)
+        seconds = result["seconds_until" if end_to_end else "seconds"]
+        cpu = result["cpu"]
+        cpu["bench_cpu_s"] = cpu.pop("producer_cpu_s")  # this process: waits, polls Kafka
         run = {"target": target, "workers": workers, "records": count,
                "seconds": round(seconds, 3), "records_per_s": round(count / seconds),
                "mb_per_s": round(count * VALUE_BYTES / seconds / 1e6, 2),
