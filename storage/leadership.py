@@ -184,9 +184,6 @@ class Leadership:
         if self._held.get(tp) == token:
             del self._held[tp]
 
-    def held(self) -> list[TopicPartition]:
-        return list(self._held)
-
     async def rebalance(self) -> int:
         """Let go of the leases of partitions another live node now wins (called when the
         view of the nodes changed); how many were released."""

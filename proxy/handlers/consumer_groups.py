@@ -14,7 +14,7 @@ from typing import Any
 
 from proxy.context import KilnContext
 from proxy.peer import CLIENT_HOST
-from storage.errors import coordinator_errors
+from storage.errors import NotCoordinator, coordinator_errors
 from storage.groups.assignors import Assignment
 from storage.groups.consumer_group import ConsumerGroup
 from storage.groups.consumer_model import ConsumerHeartbeat, HeartbeatResult, TopicMetadata
@@ -111,7 +111,11 @@ async def describe(ctx: KilnContext, request: Request) -> Message:
     with coordinator_errors():
         topics = await _topics(ctx)
         for group_id in request.body.group_ids:
-            group = await ctx.groups.describe_consumer_group(group_id)
+            try:
+                group = await ctx.groups.describe_consumer_group(group_id)
+            except NotCoordinator as exc:  # each group is answered for by its coordinator
+                described.append(_not_found(group_id, exc.error_code, exc.message))
+                continue
             described.append(_not_found(group_id) if group is None
                              else _described(group, topics))
     return _DESCRIBE[version](throttle_time_ms=0, groups=described)

@@ -15,7 +15,7 @@ from typing import Any
 from proxy.context import KilnContext
 from proxy.peer import CLIENT_HOST
 from proxy.reply import Deferred
-from storage.errors import StorageError, coordinator_errors
+from storage.errors import NotCoordinator, StorageError, coordinator_errors
 from storage.groups.model import (
     GroupSummary,
     JoinRequest,
@@ -181,6 +181,8 @@ async def describe(ctx: KilnContext, request: Request) -> Message:
     for group_id in request.body.groups:
         try:
             described.append(_described(await ctx.groups.describe(group_id)))
+        except NotCoordinator as exc:  # each group is answered for by its own coordinator
+            described.append(_described_error(group_id, exc.error_code, exc.message))
         except StorageError as exc:
             described.append(_described_error(group_id, ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                               exc.message))

@@ -215,6 +215,18 @@ def assert_every_record_once_in_order(hardened: dict[int, list[HardenedRecord]],
         assert [r.kiln_offset for r in records] == list(range(len(mine))), f"partition {p}"
 
 
+def assert_nothing_lost_or_duplicated(producer: SpreadLoop, undelivered: int,
+                                      hardened_in_time: bool,
+                                      hardened: dict[int, list[HardenedRecord]],
+                                      logs: str) -> None:
+    """The producer delivered everything it sent, Kiln hardened all of it, and Kafka holds
+    every record once, in send order per partition."""
+    assert producer.error is None, producer.error
+    assert undelivered == 0
+    assert hardened_in_time, f"not everything was hardened:\n{logs}"
+    assert_every_record_once_in_order(hardened, producer)
+
+
 def lease_disagreements(cluster: Cluster, topic: str, partitions: int = PARTITIONS
                         ) -> dict[int, str]:
     """The partitions whose lease is not held by the running incarnation of the node that

@@ -15,6 +15,12 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as TopicPartition_
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.admin import (
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
 from kafka.protocol.consumer import (
     FetchRequest,
     FetchResponse,
@@ -234,6 +240,53 @@ def test_a_group_is_coordinated_by_one_node_and_refused_by_the_others(
         accepted = client.request(join, 5, JoinGroupResponse)
     assert refused.error_code == ErrorCode.NOT_COORDINATOR
     assert accepted.error_code == ErrorCode.MEMBER_ID_REQUIRED
+
+
+def test_describe_groups_answers_each_group_where_it_is_coordinated(
+        kiln_cluster: list[RunningKiln]) -> None:
+    # Given groups coordinated by different nodes
+    groups = [f"described-{i}" for i in range(12)]
+    coordinated = find_coordinators(kiln_cluster[0].bootstrap, groups)
+    node = kiln_cluster[0].app.node_id
+    here = [g for g in groups if coordinated[g][1] == node]
+    elsewhere = [g for g in groups if coordinated[g][1] != node]
+    assert here and elsewhere
+
+    # When one node is asked to describe them all
+    with RawClient(kiln_cluster[0].bootstrap) as client:
+        answer = client.request(DescribeGroupsRequest[3](groups=groups,
+                                                         include_authorized_operations=False),
+                                3, DescribeGroupsResponse)
+
+    # Then it describes its own (unknown ones are Dead, as Kafka says) and sends the client
+    # to the coordinator for each of the others
+    codes = {g.group_id: g.error_code for g in answer.groups}
+    assert codes == {g: ErrorCode.NONE if g in here else ErrorCode.NOT_COORDINATOR
+                     for g in groups}
+
+
+def test_each_node_lists_the_groups_it_coordinates(kiln_cluster: list[RunningKiln],
+                                                   topic: str) -> None:
+    # Given groups with committed offsets, committed through one node's clients
+    groups = [f"listed-{i}" for i in range(9)]
+    for group in groups:
+        consumer = Consumer({"bootstrap.servers": kiln_cluster[0].bootstrap, "group.id": group})
+        try:
+            consumer.commit(offsets=[TopicPartition_(topic, 0, 0)], asynchronous=False)
+        finally:
+            consumer.close()
+    coordinated = find_coordinators(kiln_cluster[1].bootstrap, groups)
+
+    # When each node lists its groups
+    listed = {}
+    for kiln in kiln_cluster:
+        with RawClient(kiln.bootstrap) as client:
+            answer = client.request(ListGroupsRequest[2](), 2, ListGroupsResponse)
+        listed[kiln.app.node_id] = {g.group_id for g in answer.groups}
+
+    # Then each lists those it coordinates, as Kafka's brokers do (admin clients ask them all)
+    assert listed == {node: {g for g in groups if coordinated[g][1] == node}
+                      for node in listed}
 
 
 def test_when_a_node_leaves_its_partitions_and_groups_move_to_the_others(
