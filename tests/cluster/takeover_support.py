@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,10 +47,10 @@ class Cluster:
     """`kiln serve` nodes on free ports, one log file each; `bootstrap` names them all."""
 
     def __init__(self, redis_url: str, kafka_bootstrap: str, log_dir: Path,
-                 nodes: int = NODES) -> None:
+                 nodes: int = NODES, node_args: Sequence[str] = NODE_ARGS) -> None:
         self.redis = redis.Redis.from_url(redis_url)
         self.processes = [KilnProcess(free_port(), redis_url, kafka_bootstrap, HARDEN_DELAY_MS,
-                                      log_dir / f"node-{i}.log", extra_args=NODE_ARGS)
+                                      log_dir / f"node-{i}.log", extra_args=node_args)
                           for i in range(nodes)]
         self.bootstrap = ",".join(p.bootstrap for p in self.processes)
 
