@@ -86,6 +86,7 @@ class KilnApp:
         self.delay_control = DelayControl(
             self.delay, budget=self.budget, waiters=self.waiters, catalog=self.catalog,
             subscriptions=subscriptions, redis=self.queue.redis, node=owner,
+            peers=lambda: [n.incarnation for n in self.membership.live_nodes()],
         )
         self.hardener = Hardener(self.queue, self.catalog, self.kafka, self.delay, self.waiters,
                                  HardenerSettings(owner=owner), subscriptions,

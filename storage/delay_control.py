@@ -7,9 +7,13 @@ period, what lives in Redis: which topics have durable subscriptions (and a `har
 under which delivery spares a write), the buffered bytes and records the buffer budget sums
 over all Kiln processes, and the guarantee acks waiting here.
 
-Each process sees its own appends and the commits it coordinates; with several Kiln
-processes each one's rates are a share of the whole, while buffered and at-risk amounts are
-read from Redis and so cover them all.
+Each node sees the appends to the partitions it leads and the acks waiting on it: a share of
+each topic's senders and rates. So every node publishes what it alone sees (`own` in its
+report, `kiln:delay:<node>`) and reads its live peers' reports every publish period: their
+figures, summed, are added to its own (storage.policy.observer.PeerSignals), and every node
+decides a topic's delay from cluster-wide senders, rates and waiting acks. Buffered and
+at-risk amounts are read from Redis and so cover every node already. A peer's report older
+than `_PEER_REPORT_MAX_AGE_MS` counts for nothing (the node stopped publishing).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from redis import asyncio as aioredis
@@ -28,7 +33,7 @@ from storage.budget import BufferBudget
 from storage.catalog import Catalog
 from storage.clock import wall_clock_ms
 from storage.errors import StorageError
-from storage.policy.observer import DelayObserver
+from storage.policy.observer import DelayObserver, PeerSignals
 from storage.subscriptions import SubscriptionRegistry
 from storage.tasks import stop_task
 from storage.topics import HardenPolicy
@@ -37,12 +42,14 @@ log = logging.getLogger(__name__)
 
 REPORT_KEY_PREFIX = "kiln:delay:"
 _REPORT_TTL_S = 30
+_PEER_REPORT_MAX_AGE_MS = 5_000
 
 
 class DelayControl:
     def __init__(self, observer: DelayObserver, *, budget: BufferBudget,
                  waiters: SettledWaiters, catalog: Catalog,
                  subscriptions: SubscriptionRegistry, redis: aioredis.Redis, node: str,
+                 peers: Callable[[], Sequence[str]] = lambda: (),
                  refresh_s: float = 0.25, publish_s: float = 1.0) -> None:
         self.observer = observer
         self._budget = budget
@@ -51,6 +58,8 @@ class DelayControl:
         self._subscriptions = subscriptions
         self._redis = redis
         self._node = node
+        # The live nodes (their report names, as `node` is this one's).
+        self._peers = peers
         self._refresh_s = refresh_s
         self._publish_s = publish_s
         self._task: asyncio.Task[None] | None = None
@@ -108,8 +117,55 @@ class DelayControl:
                 log.debug("delay control refresh failed: %s", exc)
             if loop.time() - published_at >= self._publish_s:
                 await self.publish()
+                await self.read_peers()
                 published_at = loop.time()
             await asyncio.sleep(self._refresh_s)
+
+
+    async def read_peers(self) -> PeerSignals:
+        """Sum what the live peers published of their own observations into the observer;
+        what was summed (nothing from a peer whose report is missing or too old)."""
+        names = [name for name in self._peers() if name != self._node]
+        signals = PeerSignals()
+        if names:
+            try:
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for name in names:
+                        pipe.hgetall(REPORT_KEY_PREFIX + name)
+                    replies = await pipe.execute(raise_on_error=False)
+            except (RedisError, OSError) as exc:
+                log.debug("cannot read the peers' delay reports: %s", exc)
+                return signals
+            signals = _summed(replies, wall_clock_ms() - _PEER_REPORT_MAX_AGE_MS)
+        self.observer.peers(signals)
+        return signals
+
+
+def _summed(replies: Sequence[Any], since_ms: int) -> PeerSignals:
+    """Each peer's own figures per topic, from its reports written since `since_ms`, summed
+    over peers (its ingress rates, Kiln-wide, counted once per peer)."""
+    senders: dict[str, int] = {}
+    acks: dict[str, int] = {}
+    bytes_per_s = records_per_s = 0.0
+    for entries in replies:
+        if not isinstance(entries, dict):
+            continue  # an error, or a key of another type under Kiln's prefix
+        peer_bytes = peer_records = 0.0
+        for raw in entries.values():
+            try:
+                report = json.loads(raw)
+                own, topic = report["own"], str(report["topic"])
+                if int(report["at_ms"]) < since_ms:
+                    continue
+                senders[topic] = senders.get(topic, 0) + int(own["senders"])
+                acks[topic] = acks.get(topic, 0) + int(own["pending_acks"])
+                peer_bytes = max(peer_bytes, float(own["bytes_per_s"]))
+                peer_records = max(peer_records, float(own["records_per_s"]))
+            except (ValueError, TypeError, KeyError):
+                continue  # not a report this Kiln wrote
+        bytes_per_s += peer_bytes
+        records_per_s += peer_records
+    return PeerSignals(senders, bytes_per_s, records_per_s, acks)
 
 
 async def read_reports(redis: aioredis.Redis) -> list[dict[str, Any]]:

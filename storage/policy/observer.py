@@ -1,4 +1,5 @@
-"""The delay observer: what one Kiln process observes, turned into each topic's delay.
+"""The delay observer: what one Kiln node observes, with what its peers observe, turned into
+each topic's delay.
 
 I/O-free, the clock an argument: the Kiln process (storage.delay_control) and the simulator
 in `bench/` feed it the same way. Signals come in as they happen: appends (senders, rates,
@@ -29,6 +30,20 @@ from storage.policy.signals import AppendTimes, IngressRates, LatencySketch, Sen
 
 # `_Topic.waiting_since_ms` when no record of the topic waits for delivery.
 _NOTHING_WAITS = 1 << 62
+
+
+@dataclass(frozen=True, slots=True)
+class PeerSignals:
+    """What the other Kiln nodes observe, summed over them (each leads its share of a
+    topic's partitions, so each sees its share of the senders, the ingress and the acks
+    waiting): added to this node's own figures, every node decides from cluster-wide ones.
+    A client writing to partitions of several nodes is a sender on each, so the sum counts
+    it once per node: the sender cap then errs towards a shorter delay, never a longer one."""
+
+    senders: Mapping[str, int] = field(default_factory=dict)
+    bytes_per_s: float = 0.0
+    records_per_s: float = 0.0
+    pending_acks: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -79,6 +94,7 @@ class DelayObserver:
         self._buffered_records = 0
         self._deliverable: frozenset[str] = frozenset()
         self._pending_acks: Mapping[str, int] = {}
+        self._peers = PeerSignals()
         self._seq = 0  # bumped whenever an input of a ceiling moves
 
     @property
@@ -187,19 +203,27 @@ class DelayObserver:
 
     def _refresh_ceiling(self, topic_name: str, topic: _Topic, policy: AdaptiveDelay,
                          now_ms: int) -> None:
-        senders, bytes_per_s, records_per_s = self._read_windows(topic, now_ms)
+        senders, bytes_per_s, records_per_s = self._read_windows(topic_name, topic, now_ms)
         topic.ceiling_ms, topic.ceiling_binding = policy.ceiling(
             senders, bytes_per_s, records_per_s, self._buffered_bytes, self._buffered_records,
-            self._buffered_bytes, self._pending_acks.get(topic_name, 0), self._kafka_write_ms)
+            self._buffered_bytes, self._acks_waiting(topic_name), self._kafka_write_ms)
         topic.ceiling_seq = self._seq
         until = (self._ingress.head + 1) * self._ingress.bucket_ms
         next_prune = topic.senders.next_prune_ms
         topic.ceiling_until_ms = until if until < next_prune else next_prune
 
-    def _read_windows(self, topic: _Topic, now_ms: int) -> tuple[int, float, float]:
-        """The topic's senders and Kiln's ingress rates now. Reading may move the windows
-        (a bucket ages out, silent senders are forgotten): every ceiling computed before
-        is then stale."""
+    def _read_windows(self, topic_name: str, topic: _Topic, now_ms: int
+                      ) -> tuple[int, float, float]:
+        """The topic's senders and Kiln's ingress rates now, this node's and its peers'."""
+        senders, bytes_per_s, records_per_s = self._own_windows(topic, now_ms)
+        peers = self._peers
+        return (senders + peers.senders.get(topic_name, 0), bytes_per_s + peers.bytes_per_s,
+                records_per_s + peers.records_per_s)
+
+    def _own_windows(self, topic: _Topic, now_ms: int) -> tuple[int, float, float]:
+        """The topic's senders and the ingress rates this node sees now. Reading may move
+        the windows (a bucket ages out, silent senders are forgotten): every ceiling computed
+        before is then stale."""
         ingress = self._ingress
         window = topic.senders
         head, next_prune = ingress.head, window.next_prune_ms
@@ -209,8 +233,17 @@ class DelayObserver:
             self._seq += 1
         return senders, bytes_per_s, records_per_s
 
+    def _acks_waiting(self, topic_name: str) -> int:
+        return self._pending_acks.get(topic_name, 0) + self._peers.pending_acks.get(topic_name, 0)
+
+    def own_signals(self, topic_name: str, now_ms: int) -> dict[str, Any]:
+        """What this node alone observes of `topic_name` (its peers add it up)."""
+        senders, bytes_per_s, records_per_s = self._own_windows(self._topic(topic_name), now_ms)
+        return {"senders": senders, "bytes_per_s": bytes_per_s, "records_per_s": records_per_s,
+                "pending_acks": self._pending_acks.get(topic_name, 0)}
+
     def _inputs(self, topic_name: str, topic: _Topic, now_ms: int) -> DelayInputs:
-        senders, bytes_per_s, records_per_s = self._read_windows(topic, now_ms)
+        senders, bytes_per_s, records_per_s = self._read_windows(topic_name, topic, now_ms)
         since = _waiting_since(topic)
         return DelayInputs(
             has_subscriptions=topic_name in self._deliverable,
@@ -222,7 +255,7 @@ class DelayObserver:
             buffered_bytes=self._buffered_bytes,
             delivery_latency_ms=topic.latency.value_ms,
             undelivered_wait_ms=now_ms - since if since < now_ms else 0,
-            pending_acks=self._pending_acks.get(topic_name, 0),
+            pending_acks=self._acks_waiting(topic_name),
             kafka_healthy=self._kafka_healthy,
             kafka_write_ms=self._kafka_write_ms,
         )
@@ -244,6 +277,7 @@ class DelayObserver:
             "topic": topic_name, "at_ms": now_ms,
             "policy": self.policy_name, "delay_ms": decision.delay_ms,
             "binding": str(decision.binding), "inputs": asdict(inputs),
+            "own": self.own_signals(topic_name, now_ms),
             "candidates": candidates, "limits": asdict(self.limits),
         }
 
@@ -263,6 +297,11 @@ class DelayObserver:
 
     def pending_acks(self, by_topic: Mapping[str, int]) -> None:
         self._pending_acks = by_topic
+        self._seq += 1
+
+    def peers(self, signals: PeerSignals) -> None:
+        """What the other nodes observe now (storage.delay_control reads their reports)."""
+        self._peers = signals
         self._seq += 1
 
     # -- state ---------------------------------------------------------------------------

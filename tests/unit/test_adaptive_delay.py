@@ -18,7 +18,7 @@ from storage.policy.adaptive import (
     DelayLimits,
 )
 from storage.policy.delay import Binding, DelayDecision
-from storage.policy.observer import DelayObserver
+from storage.policy.observer import DelayObserver, PeerSignals
 
 MIB = 1024 * 1024
 LIMITS = DelayLimits(min_delay_ms=0, max_delay_ms=60_000, initial_delay_ms=2_000,
@@ -294,6 +294,35 @@ def test_observer_counts_distinct_senders_within_the_window() -> None:
 
     assert watch.inputs("orders", 1_400).senders == 300
     assert watch.inputs("orders", 60_000).senders == 0
+
+
+def test_observer_decides_from_its_own_and_its_peers_figures_and_reports_its_own() -> None:
+    # Given a node that sees 300 senders of a topic, and peers that see 900 more and hold two
+    # acks waiting on it
+    watch = observer()
+    for i in range(300):
+        watch.appended(TP, ("client", f"/10.0.0.{i}"), records=1, nbytes=100,
+                       next_offset=i + 1, now_ms=1_000 + i)
+    alone = watch.decision("orders", 1_400)
+    own_rates = watch.inputs("orders", 1_400)
+
+    # When it hears of its peers
+    watch.peers(PeerSignals(senders={"orders": 900}, bytes_per_s=1e6, records_per_s=1e4,
+                            pending_acks={"orders": 2}))
+
+    # Then its inputs are the cluster's, and the delay is decided from them: 1,200 senders
+    # leave 600 s / 1,200 = 500 ms (alone, 2 s)
+    inputs = watch.inputs("orders", 1_400)
+    assert inputs.senders == 1_200 and inputs.pending_acks == 2
+    assert inputs.bytes_per_s == own_rates.bytes_per_s + 1e6
+    assert inputs.records_per_s == own_rates.records_per_s + 1e4
+    together = watch.decision("orders", 1_400)
+    assert (alone.delay_ms, together.delay_ms) == (2_000, 500)
+    assert together.binding is Binding.SENDERS
+    # and what it publishes for its peers is its own share only
+    own = watch.report("orders", 1_400)["own"]
+    assert (own["senders"], own["pending_acks"]) == (300, 0)
+    assert own["bytes_per_s"] == own_rates.bytes_per_s
 
 
 def test_observer_holds_while_kafka_fails_and_follows_again_after() -> None:
