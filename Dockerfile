@@ -19,9 +19,12 @@ COPY cli ./cli
 RUN pip install . && useradd --system --uid 10001 --no-create-home kiln
 
 USER kiln
-# Kafka clients connect here; /metrics, /healthz and /readyz are served on 9644.
+# Kafka clients connect here; /metrics, /healthz and /readyz are served on 9644. One node
+# per container (KILN_WORKERS=1): each worker would need its own published port; run more
+# containers to use more cores.
 ENV KILN_LISTEN=0.0.0.0:9092 \
-    KILN_HTTP_LISTEN=0.0.0.0:9644
+    KILN_HTTP_LISTEN=0.0.0.0:9644 \
+    KILN_WORKERS=1
 EXPOSE 9092 9644
 ENTRYPOINT ["kiln"]
 CMD ["serve"]
