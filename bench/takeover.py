@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
                      "session_timeout_ms": args.session_ms, "harden_delay_ms": 200,
                      "producer": "idempotent, acks=all, librdkafka defaults"},
         "takeover_s": {"runs": len(runs), "taken_over": len(times),
-                       "median": statistics.median(times) if times else None,
+                       "median": round(statistics.median(times), 3) if times else None,
                        "p99": times[min(len(times) - 1, round(0.99 * (len(times) - 1)))]
                        if times else None,
                        "max": times[-1] if times else None},
