@@ -170,6 +170,9 @@ def test_librdkafka_members_join_and_leave_and_every_record_is_read(
 
 def test_a_member_carries_on_across_a_kiln_restart_without_rejoining(
         redis_url: str, kafka_bootstrap: str, unique_topic: str) -> None:
+    # A Redis database of its own: the module's Kiln runs on the session's, and two Kilns on
+    # one database are two nodes of one cluster, routing groups and partitions between them.
+    redis_url = redis_url.rsplit("/", 1)[0] + "/3"
     redis.Redis.from_url(redis_url).flushdb()
     settings: dict[str, Any] = {**GROUP_SETTINGS, "listen": f"127.0.0.1:{free_port()}",
                                 "harden_delay_ms": 600_000}
