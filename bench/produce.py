@@ -74,6 +74,7 @@ from bench.brokers import (
     start_kafka_cluster,
 )
 from cli.local_kafka import KAFKA_VERSION, java_binary
+from cli.local_redis_cluster import LocalRedisCluster
 from cli.local_services import LocalRedis, free_port, tansu_binary
 from storage.errors import StorageError
 from storage.kafka.client import KafkaClient
@@ -274,18 +275,19 @@ class Stack:
     workdir: Path
     broker: Broker
     owns_broker: bool = False
-    redis: LocalRedis | None = None
+    redis: LocalRedis | LocalRedisCluster | None = None
     kiln: KilnProcess | None = None
     kiln_exit: tuple[int | None, float] | None = None
     kiln_problems: list[str] = field(default_factory=list)
 
     @classmethod
     def start(cls, workdir: Path, broker: Broker | None = None, *, kiln_delay_ms: int | None,
-              kiln_delay_policy: str = "fixed", kiln_workers: int = 1) -> Stack:
+              kiln_delay_policy: str = "fixed", kiln_workers: int = 1,
+              redis_cluster: bool = False) -> Stack:
         stack = cls(workdir, broker or start_broker(), owns_broker=broker is None)
         try:
             if kiln_delay_ms is not None:
-                stack.redis = LocalRedis().start()
+                stack.redis = (LocalRedisCluster() if redis_cluster else LocalRedis()).start()
                 stack.kiln = KilnProcess(stack.redis.url, stack.broker.bootstrap, kiln_delay_ms,
                                          workdir=workdir, delay_policy=kiln_delay_policy,
                                          workers=kiln_workers)
@@ -297,6 +299,13 @@ class Stack:
     @property
     def endpoint(self) -> str:
         return self.kiln.bootstrap if self.kiln is not None else self.broker.bootstrap
+
+    @property
+    def redis_pids(self) -> list[int | None]:
+        """The Redis server process (every server of a Redis Cluster)."""
+        if isinstance(self.redis, LocalRedisCluster):
+            return [server.pid for server in self.redis.servers]
+        return [] if self.redis is None else [self.redis.pid]
 
     def stop_kiln(self, *, kill: bool = False, timeout_s: float = 10.0
                   ) -> tuple[int | None, float]:
@@ -318,11 +327,13 @@ class Stack:
 @contextlib.contextmanager
 def stack_with_topic(workdir: Path, broker: Broker, kind: str, *, kiln_delay_ms: int | None,
                      kiln_delay_policy: str = "fixed", kiln_workers: int = 1,
-                     partitions: int = 1) -> Iterator[tuple[Stack, str]]:
+                     partitions: int = 1, redis_cluster: bool = False
+                     ) -> Iterator[tuple[Stack, str]]:
     """A started Stack and a fresh topic `bench-{kind}-…` created through its endpoint,
     replicated as `broker` replicates; the stack is closed on the way out."""
     stack = Stack.start(workdir, broker, kiln_delay_ms=kiln_delay_ms,
-                        kiln_delay_policy=kiln_delay_policy, kiln_workers=kiln_workers)
+                        kiln_delay_policy=kiln_delay_policy, kiln_workers=kiln_workers,
+                        redis_cluster=redis_cluster)
     try:
         topic = new_topic_name(kind)
         create_topic(stack.endpoint, topic, broker.replication_factor, partitions)
@@ -496,7 +507,7 @@ def ingest_once(target: str, count: int, size: int, args: argparse.Namespace, wo
     via_kiln = target == "kiln"
     delay = args.ingest_delay_ms if via_kiln else None
     with stack_with_topic(workdir, broker, target, kiln_delay_ms=delay) as (stack, topic):
-        redis_pid = stack.redis.pid if stack.redis else None
+        redis_pid = stack.redis_pids[0] if stack.redis_pids else None
         window = (CpuWindow(kiln=stack.kiln.pid, broker=broker.pids, redis=redis_pid)
                   if stack.kiln else CpuWindow(broker=broker.pids))
         result = produce_n(stack.endpoint, topic, count, value, "1")

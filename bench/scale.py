@@ -22,6 +22,7 @@ the producers, Redis and the broker, and the figures say how much that leaves.
 
     python -m bench.scale                  # 1, 2, 4 workers, 3 repeats, about 6 minutes
     python -m bench.scale --quick          # 1 and 2 workers, one repeat, about 2 minutes
+    python -m bench.scale --redis cluster  # the same on a Redis Cluster (3 masters, 3 replicas)
 """
 
 from __future__ import annotations
@@ -125,11 +126,11 @@ def measure(target: str, workers: int, args: argparse.Namespace, workdir: Path,
     delay = (args.e2e_delay_ms if end_to_end else args.ingest_delay_ms) if via_kiln else None
     count = args.records
     with stack_with_topic(workdir, broker, target, kiln_delay_ms=delay,
-                          kiln_workers=max(1, workers), partitions=args.partitions
-                          ) as (stack, topic):
+                          kiln_workers=max(1, workers), partitions=args.partitions,
+                          redis_cluster=args.redis == "cluster") as (stack, topic):
         pids: dict[str, Any] = {"broker": broker.pids}
-        if stack.kiln is not None and stack.redis is not None:
-            pids |= {"kiln": stack.kiln.worker_pids(), "redis": stack.redis.pid}
+        if stack.kiln is not None:
+            pids |= {"kiln": stack.kiln.worker_pids(), "redis": stack.redis_pids}
 
         def hardened() -> None:
             if end_to_end:
@@ -213,6 +214,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ingest-delay-ms", type=int, default=600_000)
     parser.add_argument("--e2e-delay-ms", type=int, default=500)
     parser.add_argument("--e2e-timeout", type=float, default=300.0)
+    parser.add_argument("--redis", choices=["single", "cluster"], default="single",
+                        help="Kiln's log queue: one redis-server, or a Redis Cluster of three "
+                             "masters with a replica each")
     args = parser.parse_args(argv)
     given = list(sys.argv[1:] if argv is None else argv)
     # File names stay out of the recorded command.
@@ -224,6 +228,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if getattr(args, key) is None:
             setattr(args, key, value)
     return args
+
+
+_REDIS_NOTE = {"single": "Redis",
+               "cluster": "a Redis Cluster (3 masters, 3 replicas)"}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -241,11 +249,13 @@ def main(argv: list[str] | None = None) -> None:
                 "kiln_source": kiln_source(),
                 "machine": {"cpus": os.cpu_count(),
                             "note": f"{os.cpu_count()} cores shared by {args.producers} "
-                                    f"producer processes, Kiln's workers, Redis and the "
-                                    f"broker ({broker.description}); all on loopback"},
+                                    f"producer processes, Kiln's workers, "
+                                    f"{_REDIS_NOTE[args.redis]} and the broker "
+                                    f"({broker.description}); all on loopback"},
                 "broker": broker.describe(),
                 "versions": tool_versions(),
-                "settings": {"partitions": args.partitions, "producers": args.producers,
+                "settings": {"redis": args.redis,
+                             "partitions": args.partitions, "producers": args.producers,
                              "value_bytes": VALUE_BYTES, "records": args.records,
                              "repeats": args.repeats, "workers": args.workers,
                              "ingest_producer": {k: v for k, v in INGEST_PRODUCER.items()

@@ -21,7 +21,12 @@ from proxy.limits import ListenerLimits
 from storage.catalog import KAFKA_DEFAULT
 from storage.kafka.client import parse_bootstrap
 from storage.nodes import AUTO_NODE_ID
-from storage.redis_pool import SENTINEL_SCHEME, parse_sentinel_url
+from storage.redis_pool import (
+    CLUSTER_SCHEME,
+    SENTINEL_SCHEME,
+    parse_cluster_url,
+    parse_sentinel_url,
+)
 
 _LISTENER = ListenerLimits()  # the listener's defaults are its own
 HTTP_PORT_OFFSET = 552  # http_listen "auto": Kafka's 9092 serves HTTP on 9644
@@ -180,14 +185,18 @@ def _validate(settings: Settings) -> Settings:
         parse_bootstrap(settings.kafka_bootstrap)
     except ValueError as exc:
         raise SettingsError(f"kafka_bootstrap: {exc}, got {settings.kafka_bootstrap!r}") from None
-    if settings.redis_url.startswith(SENTINEL_SCHEME):
+    parse = {SENTINEL_SCHEME: parse_sentinel_url, CLUSTER_SCHEME: parse_cluster_url}
+    scheme = next((s for s in parse if settings.redis_url.startswith(s)), None)
+    if scheme is not None:
         try:
-            parse_sentinel_url(settings.redis_url)
+            parse[scheme](settings.redis_url)
         except ValueError as exc:
             raise SettingsError(f"redis_url: {exc}, got {settings.redis_url!r}") from None
     elif not settings.redis_url.startswith(("redis://", "rediss://", "unix://")):
-        raise SettingsError(f"redis_url: expected redis://HOST:PORT/DB or "
-                            f"{SENTINEL_SCHEME}HOST:PORT/SERVICE, got {settings.redis_url!r}")
+        raise SettingsError(f"redis_url: expected redis://HOST:PORT/DB, "
+                            f"{SENTINEL_SCHEME}HOST:PORT/SERVICE or "
+                            f"{CLUSTER_SCHEME}HOST:PORT[,HOST:PORT...], "
+                            f"got {settings.redis_url!r}")
     if settings.node_id < AUTO_NODE_ID:
         raise SettingsError(f"node_id: must be >= 0, or -1 for any free id, got "
                             f"{settings.node_id}")

@@ -24,8 +24,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from redis import asyncio as aioredis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ResponseError
 from redis.typing import EncodableT, FieldT
 
 from storage.acks import SettledWaiters
@@ -34,6 +33,7 @@ from storage.catalog import Catalog
 from storage.clock import wall_clock_ms
 from storage.errors import StorageError
 from storage.policy.observer import DelayObserver, PeerSignals
+from storage.redis_pool import REDIS_FAILURES, RedisClient
 from storage.subscriptions import SubscriptionRegistry
 from storage.tasks import stop_task
 from storage.topics import HardenPolicy
@@ -48,7 +48,7 @@ _PEER_REPORT_MAX_AGE_MS = 5_000
 class DelayControl:
     def __init__(self, observer: DelayObserver, *, budget: BufferBudget,
                  waiters: SettledWaiters, catalog: Catalog,
-                 subscriptions: SubscriptionRegistry, redis: aioredis.Redis, node: str,
+                 subscriptions: SubscriptionRegistry, redis: RedisClient, node: str,
                  peers: Callable[[], Sequence[str]] = lambda: (),
                  refresh_s: float = 0.25, publish_s: float = 1.0) -> None:
         self.observer = observer
@@ -73,7 +73,7 @@ class DelayControl:
             await stop_task(self._task)
         try:
             await self._redis.delete(REPORT_KEY_PREFIX + self._node)
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             log.debug("cannot withdraw delay reports: %s", exc)
 
     async def refresh(self) -> None:
@@ -104,7 +104,7 @@ class DelayControl:
                 pipe.hset(key, mapping=reports)
                 pipe.expire(key, _REPORT_TTL_S)
                 await pipe.execute()
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             log.debug("cannot publish delay reports: %s", exc)
 
     async def _run(self) -> None:
@@ -133,7 +133,7 @@ class DelayControl:
                     for name in names:
                         pipe.hgetall(REPORT_KEY_PREFIX + name)
                     replies = await pipe.execute(raise_on_error=False)
-            except (RedisError, OSError) as exc:
+            except REDIS_FAILURES as exc:
                 log.debug("cannot read the peers' delay reports: %s", exc)
                 return signals
             signals = _summed(replies, wall_clock_ms() - _PEER_REPORT_MAX_AGE_MS)
@@ -168,7 +168,7 @@ def _summed(replies: Sequence[Any], since_ms: int) -> PeerSignals:
     return PeerSignals(senders, bytes_per_s, records_per_s, acks)
 
 
-async def read_reports(redis: aioredis.Redis) -> list[dict[str, Any]]:
+async def read_reports(redis: RedisClient) -> list[dict[str, Any]]:
     """Every live Kiln process's latest delay report per topic."""
     reports = []
     async for key in redis.scan_iter(match=REPORT_KEY_PREFIX + "*", count=100):

@@ -37,16 +37,15 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
-
+from storage.clock import wall_clock_ms
 from storage.errors import BufferUnavailable
 from storage.log_queue import partition_key
 from storage.model import TopicPartition
 from storage.nodes import KilnNode
+from storage.redis_pool import REDIS_FAILURES, RedisClient
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +111,11 @@ class NodesView(Protocol):
     @property
     def incarnation(self) -> str: ...
 
-    def live_nodes(self) -> Sequence[KilnNode]: ...
+    def live_nodes(self) -> Sequence[KilnNode]:
+        """By id."""
+
+    def live_ids(self) -> tuple[int, ...]:
+        """Theirs, in order."""
 
     def view_age_s(self) -> float: ...
 
@@ -120,9 +123,13 @@ class NodesView(Protocol):
 class Leadership:
     """This node's answers to "who leads / coordinates what", and the leases it holds."""
 
-    def __init__(self, redis: aioredis.Redis, nodes: NodesView, fresh_within_s: float) -> None:
+    def __init__(self, redis: RedisClient, nodes: NodesView, fresh_within_s: float,
+                 silent_after_ms: int = 2_000, clock_ms: Callable[[], int] = wall_clock_ms
+                 ) -> None:
         self._nodes = nodes
         self._fresh_within_s = fresh_within_s
+        self._silent_after_ms = silent_after_ms
+        self._clock_ms = clock_ms
         self._acquire = redis.register_script(_ACQUIRE)
         self._release = redis.register_script(_RELEASE)
         self._held: dict[TopicPartition, str] = {}
@@ -131,7 +138,7 @@ class Leadership:
 
     def brokers(self) -> list[KilnNode]:
         """The live nodes, by id: what clients are told the brokers are."""
-        return sorted(self._nodes.live_nodes(), key=lambda n: n.node_id)
+        return list(self._nodes.live_nodes())
 
     def leader(self, tp: TopicPartition) -> int:
         """The node id that leads `tp` (this node's when no node is known live)."""
@@ -140,6 +147,17 @@ class Leadership:
     def leads(self, tp: TopicPartition) -> bool:
         return self.leader(tp) == self._nodes.node_id
 
+    def silent(self, node_id: int) -> bool:
+        """Whether another node missed its heartbeats (not renewed for `silent_after_ms`)
+        though it is not dead yet: clients are told its partitions have no leader, so that
+        they ask again at once, as for an offline partition, instead of retrying it until
+        the others take its partitions over."""
+        if node_id == self._nodes.node_id:
+            return False
+        now = self._clock_ms()
+        return any(n.node_id == node_id and now - n.renewed_ms > self._silent_after_ms
+                   for n in self._nodes.live_nodes())
+
     def coordinator(self, group_id: str) -> int:
         return self._placed(group_placement_key(group_id))
 
@@ -147,7 +165,7 @@ class Leadership:
         return self.coordinator(group_id) == self._nodes.node_id
 
     def _placed(self, key: str) -> int:
-        placed = place(key, tuple(sorted(n.node_id for n in self._nodes.live_nodes())))
+        placed = place(key, self._nodes.live_ids())
         return self._nodes.node_id if placed is None else placed
 
     # -- partition leases ---------------------------------------------------------------------
@@ -169,7 +187,7 @@ class Leadership:
         try:
             token = await self._acquire(
                 keys=[lease_key(tp)], args=[self._nodes.node_id, self._nodes.incarnation, *live])
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         if token is None:
             log.debug("%s/%d: the lease is still held by a live node", tp.topic, tp.partition)
@@ -193,7 +211,7 @@ class Leadership:
             del self._held[tp]
             try:
                 released += int(await self._release(keys=[lease_key(tp)], args=[token]))
-            except (RedisError, OSError) as exc:
+            except REDIS_FAILURES as exc:
                 # Nobody can take it from this live node now: the winner waits until this
                 # node is seen dead, or retries the release at the next change.
                 log.warning("%s/%d: cannot release the lease: %s", tp.topic, tp.partition,

@@ -43,13 +43,13 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError
 
 from storage import redis_pool
 from storage.errors import BufferUnavailable, Fenced, PartitionLost
 from storage.model import Reliability, StoredBatch, TopicPartition
+from storage.redis_pool import REDIS_FAILURES, RedisClient
 from wire.batch import read_header
 from wire.errors import ErrorCode
 
@@ -511,7 +511,7 @@ def partition_keys(tp: TopicPartition, *kinds: str) -> list[str]:
 class LogQueue:
     """Adapter over Redis: appends, reads, trims; Redis errors become BufferUnavailable."""
 
-    def __init__(self, redis: aioredis.Redis) -> None:
+    def __init__(self, redis: RedisClient) -> None:
         self._redis = redis
         self._append = redis.register_script(_APPEND)
         self._lease = redis.register_script(_LEASE)
@@ -530,7 +530,7 @@ class LogQueue:
         return cls(redis_pool.connect(url, max_connections=max_connections))
 
     @property
-    def redis(self) -> aioredis.Redis:
+    def redis(self) -> RedisClient:
         return self._redis
 
     async def close(self) -> None:
@@ -539,7 +539,7 @@ class LogQueue:
     async def ping(self) -> None:
         try:
             await self._redis.ping()
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
 
     async def append(self, requests: Sequence[AppendRequest], now_ms: int,
@@ -556,7 +556,7 @@ class LogQueue:
             calls.append((partition_keys(req.tp, "log", "meta", "pids", "leader"), args))
         try:
             replies = await self._run_all(self._append, calls)
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         return [_append_result(reply) for reply in replies]
 
@@ -573,7 +573,7 @@ class LogQueue:
             return [await script(keys=keys, args=args)]
         async with self._redis.pipeline(transaction=False) as pipe:
             for keys, args in calls:
-                pipe.evalsha(script.sha, len(keys), *keys, *args)
+                _pipe_script(pipe, script.sha, keys, *args)
             replies: list[Any] = await pipe.execute(raise_on_error=False)
         for i, reply in enumerate(replies):
             if isinstance(reply, NoScriptError):
@@ -594,7 +594,7 @@ class LogQueue:
         try:
             incarnation, entries = await self._read_range(
                 keys=partition_keys(tp, "log", "meta"), args=args)
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         return QueueRead(_text(incarnation),
                          [_stored_batch(entry_id, _field_map(fields))
@@ -608,12 +608,12 @@ class LogQueue:
             async with self._redis.pipeline(transaction=False) as pipe:
                 stream = partition_key(tp, "log")
                 pipe.xrange(stream, "-", "+", count=1)
-                pipe.evalsha(self._read_range.sha, 1, stream, "-", 1, 1, from_offset)
+                _pipe_script(pipe, self._read_range.sha, [stream], "-", 1, 1, from_offset)
                 oldest, (_, after) = await pipe.execute()
         except NoScriptError:
             return await self.peek_oldest(tp), next(iter(
                 (await self.read(tp, 1, 1, from_offset=from_offset)).batches), None)
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         return (_stored_batch(*oldest[0]) if oldest else None,
                 _stored_batch(after[0][0], _field_map(after[0][1])) if after else None)
@@ -621,7 +621,7 @@ class LogQueue:
     async def peek_oldest(self, tp: TopicPartition) -> StoredBatch | None:
         try:
             entries = await self._redis.xrange(partition_key(tp, "log"), "-", "+", count=1)
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         return _stored_batch(*entries[0]) if entries else None
 
@@ -635,7 +635,7 @@ class LogQueue:
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
                 pipe.xrevrange(key, f"{offset}-1", "-", count=1)
-                pipe.evalsha(self._read_range.sha, 1, key, f"{offset}-1", limit_bytes,
+                _pipe_script(pipe, self._read_range.sha, [key], f"{offset}-1", limit_bytes,
                              _READ_BATCHES)
                 pipe.xrange(key, "-", "+", count=1)
                 pipe.hgetall(partition_key(tp, "meta"))
@@ -647,7 +647,7 @@ class LogQueue:
                 if isinstance(reply, Exception):
                     raise reply
             after = after[1]
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         state = _partition_state(meta)
         start = _stored_batch(*first[0]).base_offset if first else state.next_offset
@@ -672,7 +672,7 @@ class LogQueue:
                 pipe.xrange(partition_key(tp, "log"), "-", "+", count=1)
                 pipe.hget(partition_key(tp, "meta"), "next")
                 first, next_offset = await pipe.execute()
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         return _stored_batch(*first[0]).base_offset if first else int(next_offset or 0)
 
@@ -693,13 +693,13 @@ class LogQueue:
                     return None
                 last_id = entries[-1][0]
                 start = "(" + (last_id.decode() if isinstance(last_id, bytes) else str(last_id))
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
 
     async def state(self, tp: TopicPartition) -> PartitionState:
         try:
             raw = await self._redis.hgetall(partition_key(tp, "meta"))
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         return _partition_state(raw)
 
@@ -713,7 +713,7 @@ class LogQueue:
                 for tp in tps:
                     pipe.hgetall(partition_key(tp, kind))
                 return list(await pipe.execute())
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
 
     async def finish_pass(self, tp: TopicPartition, incarnation: str, *, owner: str,
@@ -732,7 +732,7 @@ class LogQueue:
                 keys=partition_keys(tp, "log", "meta", "writer"),
                 args=[trim_below, hardened_below, written_records, written_bytes,
                       delivered_records, expired_records, incarnation, owner]))
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         if removed == -1:
             raise PartitionLost(f"{tp.topic}/{tp.partition}: Redis lost the partition's state "
@@ -757,7 +757,7 @@ class LogQueue:
         ]
         try:
             replies = await self._run_all(self._deliver, calls)
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         return {tp: DeliverResult(int(mark), int(dropped), _text(incarnation))
                 for tp, (mark, dropped, incarnation) in zip(tps, replies, strict=True)}
@@ -774,7 +774,7 @@ class LogQueue:
                 for tp in tps:
                     pipe.hdel(partition_key(tp, "commits"), group)
                 await pipe.execute()
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
 
     async def remove_partitions(self, tps: Sequence[TopicPartition]) -> int:
@@ -787,7 +787,7 @@ class LogQueue:
                 for tp in tps:  # one command per partition: its keys share a hash tag
                     pipe.delete(*(partition_key(tp, kind) for kind in PARTITION_KEY_KINDS))
                 return sum(int(n) for n in await pipe.execute())
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
 
     async def delete_below(self, tp: TopicPartition, offset: int) -> DeleteResult:
@@ -796,7 +796,7 @@ class LogQueue:
         try:
             code, deleted, hardened, removed, incarnation = await self._delete_below(
                 keys=partition_keys(tp, "log", "meta"), args=[offset])
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         if int(code) < 0:
             return DeleteResult(ErrorCode.NONE, needs_start=True)
@@ -809,7 +809,7 @@ class LogQueue:
         """Whether the partition has an incarnation of the Redis process serving now."""
         try:
             return bool(await self._started(keys=[partition_key(tp, "meta")]))
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
 
     async def initialize(self, tp: TopicPartition, next_offset: int) -> bool:
@@ -819,7 +819,7 @@ class LogQueue:
         try:
             return bool(await self._initialize(keys=[partition_key(tp, "meta")],
                                                args=[next_offset, uuid.uuid4().hex]))
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
 
     async def prune_producers(self, tp: TopicPartition, silent_since_ms: int) -> int:
@@ -833,7 +833,7 @@ class LogQueue:
             async for chunk in _stale_producer_chunks(self._redis, key, silent_since_ms):
                 removed += int(await self._forget_producers(keys=[key],
                                                             args=[silent_since_ms, *chunk]))
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         return removed
 
@@ -844,7 +844,7 @@ class LogQueue:
         try:
             return Lease(int(await self._lease(keys=partition_keys(tp, "lease", "writer"),
                                                args=[owner, ttl_ms, *live_owners])))
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
 
     async def release_lease(self, tp: TopicPartition, owner: str) -> None:
@@ -852,11 +852,17 @@ class LogQueue:
         needs no fence."""
         try:
             await self._release(keys=partition_keys(tp, "lease", "writer"), args=[owner])
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
 
 
-async def _stale_producer_chunks(redis: aioredis.Redis, key: str, silent_since_ms: int,
+def _pipe_script(pipe: Any, sha: str, keys: Sequence[str], *args: bytes | int | str) -> None:
+    """Queue EVALSHA on a pipeline. (redis-py refuses `pipe.evalsha` on a cluster client;
+    the command itself goes to the master of its keys' slot like any other.)"""
+    pipe.execute_command("EVALSHA", sha, len(keys), *keys, *args)
+
+
+async def _stale_producer_chunks(redis: RedisClient, key: str, silent_since_ms: int,
                                  size: int = 500) -> AsyncIterator[list[bytes]]:
     """Producer ids of `key` whose last append is older than `silent_since_ms`, in chunks
     (read with HSCAN, so a large hash never blocks Redis in one call)."""

@@ -33,11 +33,9 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, fields
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
-
 from storage.clock import wall_clock_ms
 from storage.errors import BufferUnavailable, StorageError
+from storage.redis_pool import REDIS_FAILURES, RedisClient
 from storage.tasks import stop_task
 from wire.errors import ErrorCode
 
@@ -126,6 +124,9 @@ class NodeSettings:
     heartbeat_ms: int = 1_000
     session_timeout_ms: int = 3_000
     id_reuse_after_ms: int = 600_000
+    # The live nodes are read this often between heartbeats (one HGETALL), so that a node
+    # seen dead moves its partitions at once, not at the next heartbeat.
+    view_refresh_ms: int = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,11 +157,11 @@ class NodeIdTaken(StorageError):
                          f"node id {node_id} is held by the live node at {address}")
 
 
-async def read_nodes(redis: aioredis.Redis) -> list[KilnNode]:
+async def read_nodes(redis: RedisClient) -> list[KilnNode]:
     """Every registration, live or dead, by node id."""
     try:
         entries = await redis.hgetall(NODES_KEY)
-    except (RedisError, OSError) as exc:
+    except REDIS_FAILURES as exc:
         raise BufferUnavailable(str(exc)) from exc
     nodes = [node for node_id, text in entries.items()
              if (node := decode_node(node_id, text)) is not None]
@@ -187,7 +188,7 @@ def decode_node(node_id: bytes | str | int, text: bytes | str) -> KilnNode | Non
 class Membership:
     """This process's registration as a node, renewed in the background once started."""
 
-    def __init__(self, redis: aioredis.Redis, settings: NodeSettings = NodeSettings(),
+    def __init__(self, redis: RedisClient, settings: NodeSettings = NodeSettings(),
                  clock_ms: Callable[[], int] = wall_clock_ms) -> None:
         self._redis = redis
         self._settings = settings
@@ -202,6 +203,7 @@ class Membership:
         self._task: asyncio.Task[None] | None = None
         # The live nodes as last read from Redis, when, and who is told of changes.
         self._live: tuple[KilnNode, ...] = ()
+        self._live_ids: tuple[int, ...] = ()
         self._read_at = float("-inf")
         self._view_listeners: list[Callable[[], Awaitable[object]]] = []
 
@@ -214,8 +216,12 @@ class Membership:
         return self._incarnation
 
     def live_nodes(self) -> tuple[KilnNode, ...]:
-        """The live nodes as of the last heartbeat."""
+        """The live nodes as of the last heartbeat, by id."""
         return self._live
+
+    def live_ids(self) -> tuple[int, ...]:
+        """Their ids, in order (asked on every request that names a partition or group)."""
+        return self._live_ids
 
     def view_age_s(self) -> float:
         """How long ago the live nodes were last read from Redis."""
@@ -229,10 +235,11 @@ class Membership:
         """Read the live nodes; whether they changed. Raises BufferUnavailable."""
         nodes = await read_nodes(self._redis)
         now = self._clock_ms()
-        live = tuple(n for n in nodes if n.live(now))
+        live = tuple(sorted((n for n in nodes if n.live(now)), key=lambda n: n.node_id))
         self._read_at = time.monotonic()
         changed = _identities(live) != _identities(self._live)
         self._live = live
+        self._live_ids = tuple(n.node_id for n in live)
         if changed:
             log.info("live nodes: %s", ", ".join(f"{n.node_id} at {n.address}" for n in live)
                      or "none")
@@ -255,7 +262,7 @@ class Membership:
                 keys=[NODES_KEY],
                 args=[wanted_id, self._address(), now, self._settings.id_reuse_after_ms,
                       self._entry(now)])
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         if int(node_id) < 0:
             raise NodeIdTaken(wanted_id, holder.decode() if isinstance(holder, bytes)
@@ -283,7 +290,7 @@ class Membership:
                     self._node_id, self._address(), now, self._settings.id_reuse_after_ms,
                     self._entry(now)])
                 renewed = int(node_id) == self._node_id
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         if bool(renewed) != self._member:
             if renewed:
@@ -307,7 +314,7 @@ class Membership:
             return
         try:
             await self._renew(keys=[NODES_KEY], args=[self._node_id, self._incarnation, ""])
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             log.warning("could not remove node %d's registration: %s", self._node_id, exc)
         self._member = False
 
@@ -318,10 +325,18 @@ class Membership:
                                f"not registered as node {self._node_id}")
 
     async def _beat(self) -> None:
+        heartbeat_s = self._settings.heartbeat_ms / 1000
+        refresh_s = min(heartbeat_s, self._settings.view_refresh_ms / 1000)
+        beaten_at = time.monotonic()
         while True:
-            await asyncio.sleep(self._settings.heartbeat_ms / 1000)
+            await asyncio.sleep(min(refresh_s, max(0.0, beaten_at + heartbeat_s
+                                                   - time.monotonic())))
             try:
-                await self.heartbeat()
+                if time.monotonic() >= beaten_at + heartbeat_s:
+                    beaten_at = time.monotonic()
+                    await self.heartbeat()
+                else:
+                    await self.refresh_view()
             except StorageError as exc:
                 log.warning("node %d heartbeat failed: %s", self._node_id, exc)
 

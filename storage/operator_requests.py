@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from redis import asyncio as aioredis
-from redis.exceptions import RedisError
 from redis.typing import EncodableT, FieldT
 
 from storage.errors import BufferUnavailable
 from storage.model import TopicPartition
+from storage.redis_pool import REDIS_FAILURES, RedisClient
 
 FLUSH_KEY = "kiln:flush"
 DRAIN_KEY = "kiln:drain"
@@ -38,48 +37,48 @@ def _parse_request(field: bytes | str, goal: bytes | str) -> tuple[TopicPartitio
         return None
 
 
-async def request_flush(redis: aioredis.Redis, goals: Mapping[TopicPartition, int]) -> None:
+async def request_flush(redis: RedisClient, goals: Mapping[TopicPartition, int]) -> None:
     """Ask for everything below `goals[tp]` to leave each partition's log queue now."""
     if not goals:
         return
     mapping: dict[FieldT, EncodableT] = {_field(tp): goal for tp, goal in goals.items()}
     try:
         await redis.hset(FLUSH_KEY, mapping=mapping)
-    except (RedisError, OSError) as exc:
+    except REDIS_FAILURES as exc:
         raise BufferUnavailable(str(exc)) from exc
 
 
-async def flush_requests(redis: aioredis.Redis) -> dict[TopicPartition, int]:
+async def flush_requests(redis: RedisClient) -> dict[TopicPartition, int]:
     try:
         raw = await redis.hgetall(FLUSH_KEY)
-    except (RedisError, OSError) as exc:
+    except REDIS_FAILURES as exc:
         raise BufferUnavailable(str(exc)) from exc
     requests = (_parse_request(field, goal) for field, goal in raw.items())
     return dict(request for request in requests if request is not None)
 
 
-async def clear_flush(redis: aioredis.Redis, tps: list[TopicPartition]) -> None:
+async def clear_flush(redis: RedisClient, tps: list[TopicPartition]) -> None:
     if not tps:
         return
     try:
         await redis.hdel(FLUSH_KEY, *(_field(tp) for tp in tps))
-    except (RedisError, OSError) as exc:
+    except REDIS_FAILURES as exc:
         raise BufferUnavailable(str(exc)) from exc
 
 
-async def request_drain(redis: aioredis.Redis, now_ms: int) -> None:
+async def request_drain(redis: RedisClient, now_ms: int) -> None:
     """Ask every Kiln process started before `now_ms` to drain and exit."""
     try:
         await redis.set(DRAIN_KEY, now_ms, ex=_DRAIN_TTL_S)
-    except (RedisError, OSError) as exc:
+    except REDIS_FAILURES as exc:
         raise BufferUnavailable(str(exc)) from exc
 
 
-async def drain_requested(redis: aioredis.Redis, started_ms: int) -> bool:
+async def drain_requested(redis: RedisClient, started_ms: int) -> bool:
     """True when a drain was requested after a process started at `started_ms`."""
     try:
         raw = await redis.get(DRAIN_KEY)
-    except (RedisError, OSError) as exc:
+    except REDIS_FAILURES as exc:
         raise BufferUnavailable(str(exc)) from exc
     try:
         return raw is not None and int(raw) >= started_ms

@@ -13,10 +13,8 @@ OUT_OF_ORDER_SEQUENCE_NUMBER, reset their sequences for whatever id they are giv
 
 from __future__ import annotations
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
-
 from storage.errors import BufferUnavailable
+from storage.redis_pool import REDIS_FAILURES, RedisClient
 from wire.errors import ErrorCode, KafkaError
 
 _COUNTER = "kiln:producer_ids"
@@ -25,14 +23,14 @@ NO_PRODUCER_EPOCH = -1
 
 
 class ProducerIds:
-    def __init__(self, redis: aioredis.Redis) -> None:
+    def __init__(self, redis: RedisClient) -> None:
         self._redis = redis
 
     async def allocate(self) -> tuple[int, int]:
         """A fresh (producer_id, epoch 0)."""
         try:
             return int(await self._redis.incr(_COUNTER)), 0
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
 
     async def init(self, producer_id: int, producer_epoch: int) -> tuple[int, int]:

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import logging
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ResponseError
 
 from storage.errors import BufferUnavailable
+from storage.redis_pool import REDIS_FAILURES, RedisClient
 
 log = logging.getLogger(__name__)
 
 SAFE_POLICY = "noeviction"
 
 
-async def eviction_risk(redis: aioredis.Redis) -> str | None:
+async def eviction_risk(redis: RedisClient) -> str | None:
     """Why Redis may evict Kiln's keys, or None when it will not (or cannot be asked)."""
     try:
         config = await redis.config_get("maxmemory*")
@@ -30,7 +30,7 @@ async def eviction_risk(redis: aioredis.Redis) -> str | None:
         log.warning("cannot read Redis's maxmemory-policy (%s): make sure it is %s",
                     exc, SAFE_POLICY)
         return None
-    except (RedisError, OSError) as exc:
+    except REDIS_FAILURES as exc:
         raise BufferUnavailable(str(exc)) from exc
     values = {_text(k): _text(v) for k, v in config.items()}
     policy = values.get("maxmemory-policy", SAFE_POLICY)

@@ -15,20 +15,44 @@ the Sentinels name master of SERVICE, asking them again when a connection fails 
 failover). Kiln notices that the new master is another Redis process and starts its
 partitions again from what Kafka holds (storage/appender.py): a promoted replica may lack
 the last writes.
+
+`redis+cluster://[:PASSWORD@]HOST:PORT[,HOST:PORT...]` reaches a Redis Cluster: any of its
+nodes will do to discover the rest. Every key Kiln writes carries a hash tag (one per
+partition, per group, per registry), every script and transaction touches one hash slot,
+and each command goes to the master of its slot; after a failover the client learns the new
+map and Kiln starts the moved partitions again, as after a Sentinel failover. A cluster has
+only database 0.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeAlias
 from urllib.parse import unquote, urlsplit
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException, RedisError
 
 SENTINEL_SCHEME = "redis+sentinel://"
+CLUSTER_SCHEME = "redis+cluster://"
+
+# What Kiln's stores are given: one Redis server (or the master Sentinels name), or a Redis
+# Cluster. Both answer the same commands; a cluster only takes scripts, transactions and
+# multi-key commands whose keys share a hash slot.
+RedisClient: TypeAlias = "aioredis.Redis | RedisCluster"
+
+# What a Redis command can fail with: Redis's answer, the connection, or (on a cluster) no
+# master known for the key's slot, as during a failover.
+REDIS_FAILURES = (RedisError, RedisClusterException, OSError)
+
+# A cluster client opens connections per node as commands need them and refuses a command
+# when a node has this many in use (it cannot wait for a free one as the single-server pool
+# does), so the bound is generous.
+_CLUSTER_CONNECTIONS_PER_NODE = 512
 
 
 class _BlockingSentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionPool):
@@ -40,26 +64,32 @@ def _retrying() -> dict[str, Any]:
     return {"retry": Retry(NoBackoff(), 1), "retry_on_error": [RedisConnectionError]}
 
 
-def connect(url: str, *, max_connections: int, wait_s: float = 10.0) -> aioredis.Redis:
+def connect(url: str, *, max_connections: int, wait_s: float = 10.0) -> RedisClient:
     if url.startswith(SENTINEL_SCHEME):
         return _connect_through_sentinels(url, max_connections, wait_s)
+    if url.startswith(CLUSTER_SCHEME):
+        return _connect_to_cluster(url, max_connections, wait_s)
     pool = aioredis.BlockingConnectionPool.from_url(
         url, max_connections=max_connections, timeout=wait_s, decode_responses=False,
         **_retrying())
     return aioredis.Redis(connection_pool=pool)
 
 
+def _addresses(netloc: str, what: str) -> list[tuple[str, int]]:
+    addresses = []
+    for item in filter(None, netloc.rpartition("@")[2].split(",")):
+        host, sep, port = item.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ValueError(f"{what} address {item!r} is not HOST:PORT")
+        addresses.append((host.strip("[]"), int(port)))
+    return addresses
+
+
 def parse_sentinel_url(url: str) -> tuple[list[tuple[str, int]], str, int, str | None]:
     """(Sentinel addresses, service name, database, password) of a redis+sentinel:// URL;
     raises ValueError naming what is wrong."""
     parts = urlsplit(url)
-    hosts = parts.netloc.rpartition("@")[2]
-    sentinels = []
-    for item in filter(None, hosts.split(",")):
-        host, sep, port = item.rpartition(":")
-        if not sep or not port.isdigit():
-            raise ValueError(f"sentinel address {item!r} is not HOST:PORT")
-        sentinels.append((host.strip("[]"), int(port)))
+    sentinels = _addresses(parts.netloc, "sentinel")
     path = [p for p in parts.path.split("/") if p]
     if not sentinels or not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
         raise ValueError("expected redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE[/DB]")
@@ -77,7 +107,29 @@ def _connect_through_sentinels(url: str, max_connections: int, wait_s: float
     return aioredis.Redis(connection_pool=pool)
 
 
-async def close(client: aioredis.Redis) -> None:
+def parse_cluster_url(url: str) -> tuple[list[tuple[str, int]], str | None]:
+    """(addresses of some of the cluster's nodes, password) of a redis+cluster:// URL;
+    raises ValueError naming what is wrong."""
+    parts = urlsplit(url)
+    nodes = _addresses(parts.netloc, "cluster node")
+    if not nodes or parts.path.strip("/") not in ("", "0"):
+        raise ValueError("expected redis+cluster://HOST:PORT[,HOST:PORT...] (a cluster has "
+                         "only database 0)")
+    return nodes, unquote(parts.password) if parts.password else None
+
+
+def _connect_to_cluster(url: str, max_connections: int, wait_s: float) -> RedisCluster:
+    nodes, password = parse_cluster_url(url)
+    return RedisCluster(
+        startup_nodes=[ClusterNode(host, port) for host, port in nodes], password=password,
+        max_connections=max(max_connections, _CLUSTER_CONNECTIONS_PER_NODE),
+        socket_timeout=wait_s, socket_connect_timeout=wait_s, decode_responses=False)
+
+
+async def close(client: RedisClient) -> None:
+    if isinstance(client, RedisCluster):
+        await client.aclose()
+        return
     pool = client.connection_pool
     await client.aclose(close_connection_pool=True)
     if isinstance(pool, SentinelConnectionPool):

@@ -12,10 +12,8 @@ import json
 import time
 from dataclasses import dataclass
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
-
 from storage.errors import BufferUnavailable
+from storage.redis_pool import REDIS_FAILURES, RedisClient
 
 _KEY = "kiln:subscriptions"
 
@@ -56,7 +54,7 @@ class Subscription:
 
 
 class SubscriptionRegistry:
-    def __init__(self, redis: aioredis.Redis, ttl_s: float = 1.0) -> None:
+    def __init__(self, redis: RedisClient, ttl_s: float = 1.0) -> None:
         self._redis = redis
         self._add = redis.register_script(_ADD)
         self._ttl_s = ttl_s
@@ -68,7 +66,7 @@ class SubscriptionRegistry:
         if fresh or time.monotonic() - self._loaded_at > self._ttl_s:
             try:
                 raw = await self._redis.hgetall(_KEY)
-            except (RedisError, OSError) as exc:
+            except REDIS_FAILURES as exc:
                 raise BufferUnavailable(str(exc)) from exc
             subscriptions: dict[str, dict[str, Subscription]] = {}
             for field, value in raw.items():
@@ -91,7 +89,7 @@ class SubscriptionRegistry:
         value = json.dumps({"source": source, "since_ms": now_ms})
         try:
             added = bool(await self._add(keys=[_KEY], args=[f"{topic}/{group}", value, source]))
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         await self.all(fresh=True)
         return added
@@ -100,7 +98,7 @@ class SubscriptionRegistry:
         """Unregister; False when it was not registered."""
         try:
             removed = bool(await self._redis.hdel(_KEY, f"{topic}/{group}"))
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         await self.all(fresh=True)
         return removed
@@ -111,7 +109,7 @@ class SubscriptionRegistry:
         if groups:
             try:
                 await self._redis.hdel(_KEY, *(f"{topic}/{group}" for group in groups))
-            except (RedisError, OSError) as exc:
+            except REDIS_FAILURES as exc:
                 raise BufferUnavailable(str(exc)) from exc
             await self.all(fresh=True)
         return len(groups)

@@ -22,11 +22,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
-
 from storage.errors import BufferUnavailable, StorageError
 from storage.model import Reliability
+from storage.redis_pool import REDIS_FAILURES, RedisClient
 from wire.errors import ErrorCode, KafkaError
 
 _TOPICS_KEY = "kiln:topics"
@@ -268,7 +266,7 @@ class TopicRegistry:
     """Reads are served from a local cache, each entry at most `ttl_s` old: a miss or an
     older entry is read again (a stale one still answers while Redis does not)."""
 
-    def __init__(self, redis: aioredis.Redis, ttl_s: float = CACHE_TTL_S) -> None:
+    def __init__(self, redis: RedisClient, ttl_s: float = CACHE_TTL_S) -> None:
         self._redis = redis
         self._ttl_s = ttl_s
         self._cache: dict[str, tuple[TopicConfig, float]] = {}  # name -> (config, read at)
@@ -282,7 +280,7 @@ class TopicRegistry:
             return found[0]
         try:
             raw = await self._redis.hget(_TOPICS_KEY, name)
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             if found is not None:
                 return found[0]
             raise BufferUnavailable(str(exc)) from exc
@@ -296,7 +294,7 @@ class TopicRegistry:
     async def all(self) -> dict[str, TopicConfig]:
         try:
             raw = await self._redis.hgetall(_TOPICS_KEY)
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         topics = {_text(k): TopicConfig.from_json(v) for k, v in raw.items()}
         now = time.monotonic()
@@ -307,7 +305,7 @@ class TopicRegistry:
         """Register a topic; if another process registered it first, return theirs."""
         try:
             created = await self._redis.hsetnx(_TOPICS_KEY, config.name, config.to_json())
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         if created:
             self._cache[config.name] = (config, time.monotonic())
@@ -320,7 +318,7 @@ class TopicRegistry:
     async def update(self, config: TopicConfig) -> None:
         try:
             await self._redis.hset(_TOPICS_KEY, config.name, config.to_json())
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         self._cache[config.name] = (config, time.monotonic())
 
@@ -331,7 +329,7 @@ class TopicRegistry:
         try:
             raw = await self._set_policies(keys=[_TOPICS_KEY],
                                            args=[config.name, config.to_json()])
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         if raw is None:
             self._cache.pop(config.name, None)
@@ -347,7 +345,7 @@ class TopicRegistry:
         try:
             raw = await self._grow(keys=[_TOPICS_KEY],
                                    args=[config.name, config.topic_id, partitions])
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         if raw is None:
             self._cache.pop(config.name, None)
@@ -361,7 +359,7 @@ class TopicRegistry:
         self._cache.pop(name, None)
         try:
             return bool(await self._redis.hdel(_TOPICS_KEY, name))
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
 
     # --- notes of deleted topics -----------------------------------------------------------
@@ -377,7 +375,7 @@ class TopicRegistry:
                        if _expired(Deletion.from_json(raw), now_ms)]
             if expired:
                 await self._redis.hdel(_DELETED_KEY, *expired)
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
 
     async def deletion_finished(self, name: str, note: Deletion, now_ms: int) -> None:
@@ -386,7 +384,7 @@ class TopicRegistry:
     async def deletion(self, name: str) -> Deletion | None:
         try:
             raw = await self._redis.hget(_DELETED_KEY, name)
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         return None if raw is None else Deletion.from_json(raw)
 
@@ -398,14 +396,14 @@ class TopicRegistry:
                 pipe.hget(_DELETED_KEY, name)
                 pipe.hdel(_DELETED_KEY, name)
                 raw, removed = await pipe.execute()
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         return Deletion.from_json(raw) if raw is not None and removed else None
 
     async def _write_note(self, name: str, note: Deletion) -> None:
         try:
             await self._redis.hset(_DELETED_KEY, name, note.to_json())
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
 
 

@@ -43,6 +43,7 @@ from cli.local_services import (
     kafka_broker_answers,
 )
 from storage.kafka.client import parse_bootstrap
+from tests.kiln_harness import sync_redis
 from tests.tcp_relay import RelayedTansu, TcpRelay
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,7 @@ def redis_url() -> Iterator[str]:
     url = os.environ.get("KILN_TEST_REDIS_URL")
     if url:
         try:
-            with redis.Redis.from_url(url, socket_connect_timeout=5) as client:
+            with sync_redis(url) as client:
                 client.ping()
         except (redis.exceptions.RedisError, OSError) as exc:
             # An explicitly configured service that does not answer is always an error.
@@ -247,9 +248,9 @@ def kafka_relay(kafka_broker: SessionBroker) -> Iterator[KafkaRelay]:
 
 
 @pytest.fixture
-def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+def redis_client(redis_url: str) -> Iterator[redis.Redis | redis.RedisCluster]:
     """A synchronous client on the session Redis, whose database is flushed before the test."""
-    client = redis.Redis.from_url(redis_url)
+    client = sync_redis(redis_url)
     client.flushdb()
     try:
         yield client

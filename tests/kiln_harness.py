@@ -14,6 +14,7 @@ import redis
 
 from cli.app import KilnApp
 from cli.settings import Settings, load_settings
+from storage.redis_pool import CLUSTER_SCHEME, parse_cluster_url
 
 T = TypeVar("T")
 
@@ -96,9 +97,28 @@ def start_kiln(redis_url: str, kafka_bootstrap: str, **overrides: Any) -> Runnin
     return RunningKiln(load_settings(overrides=values, environ={}))
 
 
+def sync_redis(redis_url: str) -> redis.Redis | redis.RedisCluster:
+    """A blocking client on a Kiln redis_url: one server, or a Redis Cluster."""
+    if redis_url.startswith(CLUSTER_SCHEME):
+        nodes, password = parse_cluster_url(redis_url)
+        startup = [redis.cluster.ClusterNode(host, port)  # type: ignore[no-untyped-call]
+                   for host, port in nodes]
+        return redis.RedisCluster(startup_nodes=startup, password=password)
+    return redis.Redis.from_url(redis_url)
+
+
+def empty_redis(redis_url: str) -> None:
+    """Empty a Kiln redis_url's database (every master's, on a cluster)."""
+    client = sync_redis(redis_url)
+    try:
+        client.flushdb()
+    finally:
+        client.close()
+
+
 def fresh_kiln(redis_url: str, kafka_bootstrap: str, **overrides: Any) -> RunningKiln:
     """start_kiln on an emptied Redis database: nothing of an earlier test's Kiln is left."""
-    redis.Redis.from_url(redis_url).flushdb()
+    empty_redis(redis_url)
     return start_kiln(redis_url, kafka_bootstrap, **overrides)
 
 

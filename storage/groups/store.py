@@ -24,8 +24,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 from redis.typing import EncodableT
 
 from storage import redis_pool
@@ -33,6 +31,7 @@ from storage.errors import BufferUnavailable, StorageError
 from storage.groups.model import CommittedOffset
 from storage.groups.snapshot import offset_from_json, offset_to_json
 from storage.model import TopicPartition
+from storage.redis_pool import REDIS_FAILURES, RedisClient
 from wire.errors import ErrorCode
 
 GROUPS_KEY = "kiln:groups"
@@ -104,7 +103,7 @@ def _partition(field: bytes | str) -> TopicPartition:
 
 
 class GroupStore:
-    def __init__(self, redis: aioredis.Redis) -> None:
+    def __init__(self, redis: RedisClient) -> None:
         self._redis = redis
         self._save = redis.register_script(_SAVE)
         self._save_offsets = redis.register_script(_SAVE_OFFSETS)
@@ -124,7 +123,7 @@ class GroupStore:
         try:
             raw, revision = await self._redis.mget(
                 [group_key(group_id, "meta"), group_key(group_id, "rev")])
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         record = raw.encode() if isinstance(raw, str) else raw
         return StoredGroup(record, int(revision or 0))
@@ -137,7 +136,7 @@ class GroupStore:
             written = int(await self._save(
                 keys=[group_key(group_id, "meta"), group_key(group_id, "rev")],
                 args=[revision, record]))
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         if written < 0:
             raise GroupConflict(group_id)
@@ -146,7 +145,7 @@ class GroupStore:
     async def group_ids(self) -> list[str]:
         try:
             raw = await self._redis.smembers(GROUPS_KEY)
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         return sorted(g.decode() if isinstance(g, bytes) else g for g in raw)
 
@@ -164,7 +163,7 @@ class GroupStore:
             await self._redis.sadd(GROUPS_KEY, group_id)
             stored = await self._save_offsets(
                 keys=[group_key(group_id, "offsets"), group_key(group_id, "rev")], args=args)
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         if not stored:
             raise GroupConflict(group_id)
@@ -180,7 +179,7 @@ class GroupStore:
             if not tps:
                 return {}
             values = await self._redis.hmget(key, [_field(tp) for tp in tps])
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         return {tp: offset_from_json(v) for tp, v in zip(tps, values, strict=True)
                 if v is not None}
@@ -199,13 +198,13 @@ class GroupStore:
                     text = group_id.decode() if isinstance(group_id, bytes) else group_id
                     pipe.hdel(group_key(text, "offsets"), *fields)
                 return sum(int(n) for n in await pipe.execute())
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
 
     async def has_offsets(self, group_id: str) -> bool:
         try:
             return bool(await self._redis.exists(group_key(group_id, "offsets")))
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
 
     async def delete(self, group_id: str, revision: int) -> None:
@@ -217,7 +216,7 @@ class GroupStore:
                       group_key(group_id, "rev")], args=[revision])
             if deleted:
                 await self._redis.srem(GROUPS_KEY, group_id)
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         if not deleted:
             raise GroupConflict(group_id)
@@ -231,7 +230,7 @@ class GroupStore:
             deleted = int(await self._delete_offsets(
                 keys=[group_key(group_id, "offsets"), group_key(group_id, "rev")],
                 args=[revision, *(_field(tp) for tp in tps)]))
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         if deleted < 0:
             raise GroupConflict(group_id)

@@ -7,9 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-import redis
 
-from tests.kiln_harness import RunningKiln, eventually, start_kiln
+from tests.kiln_harness import RunningKiln, empty_redis, eventually, start_kiln
 
 NODES = 3
 # Short heartbeats and sessions, so that nodes learn of each other (and of a dead one)
@@ -22,7 +21,7 @@ def start_cluster(redis_url: str, kafka_bootstrap: str, nodes: int = NODES,
                   **overrides: object) -> list[RunningKiln]:
     """`nodes` in-process Kiln nodes on an emptied Redis, returned once every one of them
     sees all of them live."""
-    redis.Redis.from_url(redis_url).flushdb()
+    empty_redis(redis_url)
     started: list[RunningKiln] = []
     try:
         for _ in range(nodes):

@@ -204,9 +204,17 @@ def kafkajs_installed() -> None:
 def test_a_client_given_one_node_produces_to_every_partition_and_its_group_reads_each_once(
         kiln_cluster: list[RunningKiln], kafka_bootstrap: str, topic: str,
         request: pytest.FixtureRequest, client: str) -> None:
-    produce, read, needs = CLIENTS[client]
-    for fixture in needs:  # the Go binary or the Node packages, skipping where missing
+    for fixture in CLIENTS[client][2]:  # the Go binary or the Node packages, where missing
         request.getfixturevalue(fixture)
+    produce_to_every_node_and_read_through_a_group(kiln_cluster, kafka_bootstrap, topic,
+                                                   client)
+
+
+def produce_to_every_node_and_read_through_a_group(kiln_cluster: list[RunningKiln],
+                                                   kafka_bootstrap: str, topic: str,
+                                                   client: str) -> None:
+    """The client test's body (tests/cluster/test_redis_cluster.py runs it too)."""
+    produce, read, _ = CLIENTS[client]
     # Given a 12-partition topic whose partitions all three nodes lead, and a group that
     # neither node the clients are given coordinates
     placement = topic_led_by_every_node(kiln_cluster, topic)

@@ -10,7 +10,6 @@ from collections import Counter, defaultdict
 from typing import Any
 
 import pytest
-import redis
 from click.testing import CliRunner
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as TopicPartition_
@@ -34,7 +33,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorRespo
 from cli.main import main
 from storage.leadership import lease_key
 from storage.model import TopicPartition
-from tests.kiln_harness import RunningKiln, eventually
+from tests.kiln_harness import RunningKiln, eventually, sync_redis
 from tests.raw_client import RawClient, record_batch
 from wire.errors import ErrorCode
 
@@ -178,7 +177,7 @@ def test_clients_bootstrapped_at_one_node_produce_and_consume_through_every_node
     assert failures == []
 
     # Then each partition's records went to its leader, every node leading some
-    store = redis.Redis.from_url(redis_url)
+    store = sync_redis(redis_url)
     holders = {p: int(store.get(lease_key(TopicPartition(topic, p))).split()[1])
                for p in range(PARTITIONS)}
     assert holders == leaders(kiln_cluster[1].bootstrap, topic)

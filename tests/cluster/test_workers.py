@@ -13,7 +13,6 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import redis
 from click.testing import CliRunner
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -22,7 +21,7 @@ from cli.local_services import free_port
 from cli.main import main
 from tests.faults.kiln_process import kiln_executable
 from tests.integration.test_produce_harden import read_hardened
-from tests.kiln_harness import eventually
+from tests.kiln_harness import eventually, sync_redis
 
 PARTITIONS = 12
 
@@ -49,7 +48,7 @@ def live_nodes(redis_url: str) -> dict[int, dict[str, Any]]:
 def test_two_workers_serve_as_two_nodes_and_a_planned_shutdown_hardens_all(
         redis_url: str, kafka_bootstrap: str, unique_topic: str, tmp_path: Path) -> None:
     # Given `kiln serve --workers 2` on a port whose next one is free
-    redis.Redis.from_url(redis_url).flushdb()
+    sync_redis(redis_url).flushdb()
     port = free_port_pair()
     log = (tmp_path / "workers.log").open("wb")
     supervisor = subprocess.Popen(

@@ -25,7 +25,6 @@ from typing import Any
 
 import confluent_kafka
 import pytest
-import redis
 from confluent_kafka.admin import AdminClient
 from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
 from kafka.protocol.consumer import (
@@ -38,7 +37,7 @@ from kafka.protocol.consumer import (
 from cli.local_services import free_port
 from tests.compat.clients import create_topic_confluent
 from tests.compat.conftest import GROUP_SETTINGS
-from tests.kiln_harness import RunningKiln, start_kiln
+from tests.kiln_harness import RunningKiln, start_kiln, sync_redis
 from tests.raw_client import RawClient
 from wire.consumer_groups import (
     ConsumerGroupDescribeRequest,
@@ -173,7 +172,7 @@ def test_a_member_carries_on_across_a_kiln_restart_without_rejoining(
     # A Redis database of its own: the module's Kiln runs on the session's, and two Kilns on
     # one database are two nodes of one cluster, routing groups and partitions between them.
     redis_url = redis_url.rsplit("/", 1)[0] + "/3"
-    redis.Redis.from_url(redis_url).flushdb()
+    sync_redis(redis_url).flushdb()
     settings: dict[str, Any] = {**GROUP_SETTINGS, "listen": f"127.0.0.1:{free_port()}",
                                 "harden_delay_ms": 600_000}
     group = f"kip848-{uuid.uuid4().hex[:8]}"

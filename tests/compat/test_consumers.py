@@ -19,14 +19,13 @@ from contextlib import closing
 from typing import Any
 
 import pytest
-import redis
 from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from cli.local_services import free_port
 from storage.groups.model import GroupState
 from tests.compat.consumers import CONSUMERS, Consumed, Consumer, open_consumer
-from tests.kiln_harness import RunningKiln, fresh_kiln, start_kiln
+from tests.kiln_harness import RunningKiln, fresh_kiln, start_kiln, sync_redis
 
 KILN_SETTINGS: dict[str, Any] = {
     "harden_delay_ms": 600_000, "group_initial_rebalance_delay_ms": 100,
@@ -259,7 +258,7 @@ def test_a_group_resumes_from_its_committed_offsets_after_kiln_restarts(
         redis_url: str, kafka_bootstrap: str, unique_topic: str, client: str) -> None:
     # Given 10 records in each of 3 partitions, and a group member that read some of them
     # and committed what it read
-    redis.Redis.from_url(redis_url).flushdb()
+    sync_redis(redis_url).flushdb()
     group = f"group-{uuid.uuid4().hex[:8]}"
     with start_kiln(redis_url, kafka_bootstrap, **KILN_SETTINGS) as before:
         create_topic(before.bootstrap, unique_topic, 3)
@@ -303,7 +302,7 @@ def test_a_group_resumes_from_its_committed_offsets_after_kiln_restarts(
 def test_a_live_member_carries_on_across_a_kiln_restart_without_rejoining(
         redis_url: str, kafka_bootstrap: str, unique_topic: str, client: str) -> None:
     # Given a member of a Stable group that read and committed everything so far
-    redis.Redis.from_url(redis_url).flushdb()
+    sync_redis(redis_url).flushdb()
     settings = {**KILN_SETTINGS, "listen": f"127.0.0.1:{free_port()}"}
     group = f"group-{uuid.uuid4().hex[:8]}"
     before = start_kiln(redis_url, kafka_bootstrap, **settings)

@@ -1,7 +1,8 @@
 """Render the results of tests/faults/test_redis_durability.py (JSON files in a directory)
 as the Markdown table of docs/redis-durability.md:
 
-    KILN_FAULT_RESULTS=build/fault-results pytest tests/faults/test_redis_durability.py
+    KILN_FAULT_RESULTS=build/fault-results pytest tests/faults/test_redis_durability.py \
+        tests/cluster/test_redis_cluster.py
     python -m tests.faults.durability_table build/fault-results
 """
 
@@ -16,6 +17,7 @@ _MODE_NAMES = {
     "aof-everysec": "AOF, `appendfsync everysec`",
     "aof-always": "AOF, `appendfsync always`",
     "sentinel-failover": "a replica, Sentinel failover",
+    "redis-cluster-failover": "Redis Cluster, a master's replica takes over",
 }
 
 

@@ -14,9 +14,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
-import redis
-
 from cli.local_services import free_port, kafka_broker_answers
+from tests.kiln_harness import sync_redis
 
 
 def kiln_executable() -> str:
@@ -141,7 +140,7 @@ def fresh_kiln_process(redis_url: str, kafka_bootstrap: str, log_path: Path,
                        harden_delay_ms: int) -> Iterator[KilnProcess]:
     """`kiln serve` as a child process on a free port (not started yet), with an empty
     Redis; killed in the end whatever happened."""
-    redis.Redis.from_url(redis_url).flushdb()
+    sync_redis(redis_url).flushdb()
     process = KilnProcess(free_port(), redis_url, kafka_bootstrap, harden_delay_ms, log_path)
     try:
         yield process

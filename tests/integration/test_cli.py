@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 from kafka import KafkaProducer
 
 from cli.local_services import free_port
 from tests.integration.test_produce_harden import read_hardened
+from tests.kiln_harness import sync_redis
 
 KILN = str(Path(sys.executable).with_name("kiln"))
 
@@ -101,7 +101,7 @@ def test_unreachable_kafka_is_reported(redis_url: str) -> None:
 
 def test_sigterm_hardens_everything_buffered_before_exit(
         redis_url: str, kafka_bootstrap: str, unique_topic: str) -> None:
-    redis.Redis.from_url(redis_url).flushdb()
+    sync_redis(redis_url).flushdb()
     port = free_port()
     with kiln_process("serve", "--workers", "1", "--listen", f"127.0.0.1:{port}",
                       "--redis-url", redis_url, "--kafka-bootstrap", kafka_bootstrap,

@@ -7,7 +7,6 @@ import time
 from collections.abc import Iterator
 
 import pytest
-import redis
 from click.testing import CliRunner
 from kafka import KafkaProducer
 
@@ -16,7 +15,7 @@ from cli.main import main
 from storage.operator_requests import drain_requested
 from tests.integration.test_cli import kiln_process
 from tests.integration.test_produce_harden import read_hardened
-from tests.kiln_harness import RunningKiln, fresh_kiln, start_kiln
+from tests.kiln_harness import RunningKiln, fresh_kiln, start_kiln, sync_redis
 from tests.raw_client import RawClient, record_batch
 
 
@@ -28,11 +27,15 @@ def slow_kiln(redis_url: str, kafka_bootstrap: str) -> Iterator[RunningKiln]:
 
 
 def wait_for_reports(redis_url: str, present: bool = True, timeout_s: float = 10) -> None:
-    client = redis.Redis.from_url(redis_url)
+    client = sync_redis(redis_url)
+
+    def reported() -> bool:  # (SCAN: a cluster client asks every master)
+        return any(True for _ in client.scan_iter("kiln:delay:*"))
+
     deadline = time.monotonic() + timeout_s
-    while (bool(client.keys("kiln:delay:*")) != present) and time.monotonic() < deadline:
+    while reported() != present and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert bool(client.keys("kiln:delay:*")) == present
+    assert reported() == present
 
 
 def produce(bootstrap: str, topic: str, partition: int, values: list[bytes]) -> None:
@@ -56,7 +59,7 @@ def test_flush_hardens_every_buffered_record_now_and_reports_it(
     assert [r.value for r in read_hardened(kafka_bootstrap, unique_topic, 0, 30)] == [
         b"a%d" % i for i in range(30)]
     assert len(read_hardened(kafka_bootstrap, unique_topic, 1, 20)) == 20
-    assert redis.Redis.from_url(redis_url).hlen("kiln:flush") == 0
+    assert sync_redis(redis_url).hlen("kiln:flush") == 0
 
 
 def test_flush_table_and_nothing_to_do(slow_kiln: RunningKiln, redis_url: str,
@@ -97,7 +100,7 @@ def test_flush_without_a_running_kiln_says_so(redis_url: str, kafka_bootstrap: s
 def test_garbage_under_kiln_keys_is_ignored_not_fatal(
         slow_kiln: RunningKiln, kafka_bootstrap: str, redis_url: str, unique_topic: str) -> None:
     # Given hand-written junk where Kiln keeps operator requests and delay reports
-    client = redis.Redis.from_url(redis_url)
+    client = sync_redis(redis_url)
     client.hset("kiln:flush", mapping={"x/oops": "1", "0/some-topic": "not-a-number"})
     client.set("kiln:drain", "yesterday")
     client.hset("kiln:delay:intruder", mapping={"t": "{not json", "u": "[1, 2]"})
@@ -132,7 +135,7 @@ def test_flush_refuses_a_negative_timeout(redis_url: str) -> None:
 @pytest.mark.timeout(120)
 def test_drain_stops_every_kiln_after_hardening_what_it_buffered(
         redis_url: str, kafka_bootstrap: str, unique_topic: str) -> None:
-    redis.Redis.from_url(redis_url).flushdb()
+    sync_redis(redis_url).flushdb()
     port = free_port()
     with kiln_process("serve", "--workers", "1", "--listen", f"127.0.0.1:{port}",
                       "--redis-url", redis_url, "--kafka-bootstrap", kafka_bootstrap,

@@ -41,7 +41,7 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from storage.topics import new_topic
 from tests.conftest import KafkaRelay
 from tests.integration.test_cli import run_kiln
-from tests.kiln_harness import RunningKiln, eventually, fresh_kiln
+from tests.kiln_harness import RunningKiln, eventually, fresh_kiln, sync_redis
 from tests.raw_client import RawClient
 
 INVALID_CONFIG = 40
@@ -59,7 +59,7 @@ TIMEOUT_S = 15
 @pytest.fixture
 def store(kiln: RunningKiln, redis_url: str) -> Iterator[redis.Redis]:
     """Kiln's Redis, as Kiln left it (the `kiln` fixture emptied it before Kiln started)."""
-    client = redis.Redis.from_url(redis_url)
+    client = sync_redis(redis_url)
     yield client
     client.close()
 
@@ -441,7 +441,7 @@ def test_without_kafka_kiln_configs_still_change_and_kafkas_time_out(
     # Given a Kiln whose Kafka is behind a relay, and a topic created through it
     with fresh_kiln(redis_url, kafka_relay.bootstrap) as running:
         create_topic(running.bootstrap, unique_topic)
-        store = redis.Redis.from_url(redis_url)
+        store = sync_redis(redis_url)
         # When Kafka cannot be reached, and a Kiln config, a Kafka config and the topic's
         # configs are asked for through Kiln
         kafka_relay.relay.stop()

@@ -7,13 +7,12 @@ import threading
 import time
 
 import confluent_kafka
-import redis
 from kafka import KafkaProducer
 
 from cli.local_services import LocalRedis
 from tests.conftest import KafkaRelay
 from tests.integration.test_produce_harden import kiln_offset, read_hardened
-from tests.kiln_harness import eventually, fresh_kiln, start_kiln
+from tests.kiln_harness import eventually, fresh_kiln, start_kiln, sync_redis
 from tests.raw_client import RawClient, record_batch
 from wire.errors import ErrorCode
 
@@ -65,7 +64,7 @@ def test_producers_of_two_nodes_reach_the_partition_s_one_leader_and_never_colli
 
 def test_after_redis_loses_its_data_offsets_continue_and_nothing_hardened_is_lost(
         redis_url: str, kafka_bootstrap: str, unique_topic: str) -> None:
-    store = redis.Redis.from_url(redis_url)
+    store = sync_redis(redis_url)
     store.flushdb()
     before = start_kiln(redis_url, kafka_bootstrap)
     client = RawClient(before.bootstrap)

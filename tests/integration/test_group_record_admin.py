@@ -13,7 +13,6 @@ from typing import Any
 
 import confluent_kafka
 import pytest
-import redis
 from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka import TopicPartition as ConfluentPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -43,7 +42,7 @@ from tests.integration.test_delivery import auto_subscribed_then_empty
 from tests.integration.test_delivery import commit as member_commit
 from tests.integration.test_groups import commit as commit_over_the_wire
 from tests.integration.test_groups import fetch_offsets
-from tests.kiln_harness import RunningKiln, eventually, fresh_kiln, start_kiln
+from tests.kiln_harness import RunningKiln, eventually, fresh_kiln, start_kiln, sync_redis
 from tests.raw_client import RawClient, record_batch
 from wire.errors import ErrorCode as E
 
@@ -235,7 +234,7 @@ def test_after_redis_lost_a_partition_epoch_0_ends_where_kafka_records_end(
         redis_url: str, kafka_bootstrap: str, unique_topic: str) -> None:
     # Given a consumer that read up to offset 8 of a partition whose first five records
     # were hardened, and then Redis lost everything
-    store = redis.Redis.from_url(redis_url)
+    store = sync_redis(redis_url)
     store.flushdb()
     with start_kiln(redis_url, kafka_bootstrap, harden_delay_ms=600_000) as before:
         produce(before.bootstrap, unique_topic, 5)
@@ -258,7 +257,7 @@ def test_after_redis_lost_a_partition_epoch_0_ends_where_kafka_records_end(
 
 
 def group_keys(redis_url: str, group: str) -> list[bytes]:
-    store = redis.Redis.from_url(redis_url)
+    store = sync_redis(redis_url)
     return sorted(store.keys(f"kiln:group:{{{group}}}:*"))
 
 

@@ -265,7 +265,7 @@ def test_offsets_are_committed_to_redis_and_fetched_back(
     # A group that only commits exists, empty, without a protocol.
     assert (described.group_state, described.protocol_type, described.members) == (
         "Empty", "", [])
-    keys = sorted(k.decode() for k in redis_client.keys("kiln:group*"))
+    keys = sorted(k.decode() for k in redis_client.scan_iter("kiln:group*"))
     assert keys == ["kiln:group:{g3}:meta", "kiln:group:{g3}:offsets", "kiln:group:{g3}:rev",
                     "kiln:groups"]
     assert redis_client.hkeys("kiln:group:{g3}:offsets") == [f"{unique_topic}:0".encode()]

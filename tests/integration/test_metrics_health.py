@@ -17,7 +17,7 @@ from prometheus_client.samples import Sample
 
 from cli.local_services import LocalRedis
 from tests.conftest import KafkaRelay
-from tests.kiln_harness import RunningKiln, fresh_kiln, start_kiln
+from tests.kiln_harness import RunningKiln, fresh_kiln, start_kiln, sync_redis
 
 ROUNDS, PER_ROUND = 10, 30
 
@@ -99,7 +99,7 @@ def test_healthz_and_readyz_answer_ok_while_redis_and_kafka_answer(
 def test_readyz_answers_503_naming_kafka_while_kafka_is_unreachable(
         redis_url: str, kafka_relay: KafkaRelay) -> None:
     # Given a Kiln reaching its broker through a relay that can be cut, ready
-    redis.Redis.from_url(redis_url).flushdb()
+    sync_redis(redis_url).flushdb()
     relay = kafka_relay.relay
     with start_kiln(redis_url, kafka_relay.bootstrap) as kiln:
         before = get(kiln, "/readyz")

@@ -4,14 +4,13 @@ hardened on time; without durable subscriptions they are dropped at the delay.""
 
 from __future__ import annotations
 
-import redis
 from kafka import KafkaProducer
 
 from storage.log_queue import PartitionState
 from storage.model import TopicPartition
 from tests.integration.test_delivery import commit
 from tests.integration.test_produce_harden import kiln_offset, read_hardened
-from tests.kiln_harness import RunningKiln, eventually, fresh_kiln, start_kiln
+from tests.kiln_harness import RunningKiln, eventually, fresh_kiln, start_kiln, sync_redis
 
 LEVELS = ("reliable_persistent", "reliable_nonpersistent", "reliable_persistent")
 
@@ -93,7 +92,7 @@ def test_a_flush_completes_while_records_are_held_and_a_restart_keeps_holding_th
     flushed = kiln.flush(timeout_s=5)
     kiln.stop()
     meta = f"kiln:{{{unique_topic}/0}}:meta"
-    redis.Redis.from_url(redis_url).hset(meta, "hardened", 10)
+    sync_redis(redis_url).hset(meta, "hardened", 10)
 
     # When another Kiln takes over
     with start_kiln(redis_url, kafka_bootstrap) as successor:

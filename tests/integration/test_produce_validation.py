@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import time
 
-import redis
 from aiokafka.record._crecords import DefaultRecordBatchBuilder
 from kafka.admin import KafkaAdminClient
 
 from storage.model import TopicPartition as KilnTopicPartition
 from tests.integration.consumers import BEGINNING, consume_kafka_python
 from tests.integration.test_produce_harden import read_hardened
-from tests.kiln_harness import RunningKiln, fresh_kiln, start_kiln
+from tests.kiln_harness import RunningKiln, fresh_kiln, start_kiln, sync_redis
 from tests.raw_client import RawClient, record_batch
 from wire.batch import HEADER, HEADER_SIZE, LOG_OVERHEAD, set_crc
 from wire.errors import ErrorCode
@@ -22,7 +21,7 @@ BOGUS = kiln_offset_header(999_999)
 
 
 def partition_next_offset(redis_url: str, topic: str, partition: int = 0) -> int:
-    raw = redis.Redis.from_url(redis_url).hget(f"kiln:{{{topic}/{partition}}}:meta", "next")
+    raw = sync_redis(redis_url).hget(f"kiln:{{{topic}/{partition}}}:meta", "next")
     return int(raw or 0)
 
 

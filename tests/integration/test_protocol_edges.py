@@ -6,7 +6,6 @@ from __future__ import annotations
 import struct
 
 import pytest
-import redis
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
     ApiVersionsResponse,
@@ -17,13 +16,13 @@ from kafka.protocol.metadata import (
 )
 from kafka.protocol.producer import ProduceRequest
 
-from tests.kiln_harness import RunningKiln
+from tests.kiln_harness import RunningKiln, sync_redis
 from tests.raw_client import RawClient, record_batch
 from wire.errors import ErrorCode
 
 
 def partition_next_offset(redis_url: str, topic: str, partition: int = 0) -> int:
-    raw = redis.Redis.from_url(redis_url).hget(f"kiln:{{{topic}/{partition}}}:meta", "next")
+    raw = sync_redis(redis_url).hget(f"kiln:{{{topic}/{partition}}}:meta", "next")
     return int(raw or 0)
 
 

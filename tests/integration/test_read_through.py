@@ -11,7 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-import redis
 from aiokafka.record._crecords import DefaultRecordBatchBuilder
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.protocol.consumer import (
@@ -35,7 +34,7 @@ from tests.integration.consumers import (
     consume_confluent,
     consume_kafka_python,
 )
-from tests.kiln_harness import RunningKiln, fresh_kiln, start_kiln
+from tests.kiln_harness import RunningKiln, fresh_kiln, start_kiln, sync_redis
 from tests.raw_client import RawClient
 from wire.errors import ErrorCode
 from wire.lineage import kiln_offset_header
@@ -251,7 +250,7 @@ def test_while_kafka_is_unreachable_cold_reads_fail_retriably_and_resume_after(
         redis_url: str, unique_topic: str, client: str, kafka_relay: KafkaRelay) -> None:
     # Given a topic whose partition 0 is hardened and partition 1 in Redis, with Kiln
     # reaching Kafka through a relay that can be cut
-    redis.Redis.from_url(redis_url).flushdb()
+    sync_redis(redis_url).flushdb()
     relay = kafka_relay.relay
     with start_kiln(redis_url, kafka_relay.bootstrap, harden_delay_ms=600_000) as kiln:
         create_topic(kiln, unique_topic, 2)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cli.settings import SettingsError, load_settings
-from storage.redis_pool import parse_sentinel_url
+from storage.redis_pool import parse_cluster_url, parse_sentinel_url
 
 
 def test_flags_beat_environment_beat_file(tmp_path: Path) -> None:
@@ -87,6 +87,22 @@ def test_a_sentinel_url_names_its_sentinels_service_and_database() -> None:
                                  "redis+sentinel://10.0.0.1/kiln",
                                  "redis+sentinel://10.0.0.1:26379/kiln/x"])
 def test_a_bad_sentinel_url_is_refused(url: str) -> None:
+    with pytest.raises(SettingsError, match="redis_url"):
+        load_settings(overrides={"redis_url": url}, environ={})
+
+
+def test_a_cluster_url_names_some_of_its_nodes_and_a_password() -> None:
+    url = "redis+cluster://:s%40cret@10.0.0.1:7000,[::1]:7001"
+
+    assert parse_cluster_url(url) == ([("10.0.0.1", 7000), ("::1", 7001)], "s@cret")
+    assert parse_cluster_url("redis+cluster://10.0.0.1:7000/0") == ([("10.0.0.1", 7000)], None)
+    assert load_settings(overrides={"redis_url": url}, environ={}).redis_url == url
+
+
+@pytest.mark.parametrize("url", ["redis+cluster://", "redis+cluster://10.0.0.1",
+                                 "redis+cluster://10.0.0.1:7000/2", "rediscluster://h:1"])
+def test_a_bad_cluster_url_is_refused(url: str) -> None:
+    # (a Redis Cluster has only database 0)
     with pytest.raises(SettingsError, match="redis_url"):
         load_settings(overrides={"redis_url": url}, environ={})
 
