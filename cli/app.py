@@ -63,7 +63,8 @@ class KilnApp:
             heartbeat_ms=settings.node_heartbeat_ms,
             session_timeout_ms=settings.node_session_timeout_ms))
         self.leadership = Leadership(self.queue.redis, self.membership,
-                                     fresh_within_s=settings.node_session_timeout_ms / 1000)
+                                     fresh_within_s=settings.node_session_timeout_ms / 1000,
+                                     silent_after_ms=2 * settings.node_heartbeat_ms)
         self.membership.on_view_change(self._nodes_changed)
         # Kafka sees Kiln's connections under these names (the node id once it is given).
         name = f"kiln-{settings.node_id}" if settings.node_id != AUTO_NODE_ID else "kiln"
@@ -219,9 +220,11 @@ class KilnApp:
 
     async def _nodes_changed(self) -> None:
         """Another node came or went: let go of the partitions and groups placed elsewhere
-        now (their new owners take them on their clients' next requests)."""
+        now (their new owners take them on their clients' next requests), and start
+        hardening the partitions placed here."""
         await self.leadership.rebalance()
         self.groups.forget_uncoordinated()
+        self.hardener.leadership_changed()
 
     def _http_text(self) -> str:
         """HOST:PORT of the HTTP endpoints as bound, "" when off."""

@@ -155,6 +155,9 @@ class Cluster(Protocol):
     def leads(self, tp: TopicPartition) -> bool:
         """Whether this node leads `tp`."""
 
+    def silent(self, node_id: int) -> bool:
+        """Whether that live node stopped renewing its registration (not dead yet)."""
+
     def coordinator(self, group_id: str) -> int: ...
 
 

@@ -180,6 +180,12 @@ class Hardener:
     def _wakeup(self, tp: TopicPartition) -> asyncio.Event:
         return self._wakeups.setdefault(tp, asyncio.Event())
 
+    def leadership_changed(self) -> None:
+        """The nodes changed: every partition looks at once whether this node leads it now
+        (a partition taken from a dead node is hardened without waiting a lease period)."""
+        for wakeup in self._wakeups.values():
+            wakeup.set()
+
     def appended(self, tp: TopicPartition) -> None:
         """Records were appended through this process: wake the partition if it was idle, or
         start its task if it has none yet (a topic created a moment ago: the next topic scan
@@ -261,7 +267,10 @@ class Hardener:
                     if writer is not None:  # the partition moved to another node
                         writer = None
                         await self._queue.release_lease(tp, self._settings.owner)
-                    await asyncio.sleep(idle_s)
+                    wakeup.clear()  # set by leadership_changed (or an append here)
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(idle_s):
+                            await wakeup.wait()
                     continue
                 wakeup.clear()
                 wait_s = await self._until_due(tp, decided_below, idle_s)

@@ -1,5 +1,6 @@
 """Metadata: the live Kiln nodes are the brokers, each partition led by the node it is
-placed on (storage/leadership.py), its only replica; the controller is the lowest node id."""
+placed on (storage/leadership.py), its only replica; the controller is the lowest node id.
+A partition whose leader stopped heartbeating (silent, not yet dead) is reported offline."""
 
 from __future__ import annotations
 
@@ -22,6 +23,14 @@ def _topic_entry(ctx: KilnContext, config: TopicConfig) -> Message:
     partitions = []
     for p in range(config.partitions):
         node = ctx.cluster.leader(TopicPartition(config.name, p))
+        if ctx.cluster.silent(node):
+            # As Kafka reports an offline partition: clients ask again soon, and find the
+            # node that takes it over as soon as the silent one is declared dead.
+            partitions.append(_PARTITION(
+                error_code=int(ErrorCode.LEADER_NOT_AVAILABLE), partition_index=p,
+                leader_id=-1, leader_epoch=0, replica_nodes=[node], isr_nodes=[],
+                offline_replicas=[node]))
+            continue
         partitions.append(_PARTITION(
             error_code=0, partition_index=p, leader_id=node, leader_epoch=0,
             replica_nodes=[node], isr_nodes=[node], offline_replicas=[]))

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.cluster.conftest import SESSION_MS
 from tests.cluster.takeover_support import (
+    Cluster,
     SpreadLoop,
     assert_nothing_lost_or_duplicated,
     lease_disagreements,
@@ -24,6 +26,7 @@ from tests.cluster.takeover_support import (
     running_cluster,
 )
 from tests.kiln_harness import eventually
+from wire.errors import ErrorCode
 
 WARM_UP_ACKS = 600  # records acknowledged before the fault: every partition is flowing
 AFTER_FAULT_S = 3  # how long the producer goes on once the cluster has recovered
@@ -195,3 +198,48 @@ def test_rolling_restart_under_load_loses_and_duplicates_nothing(
     assert [p.starts for p in cluster.processes] == [2, 2, 2]
     assert settled, f"leases not held by the leaders: {disagreements}\n{logs}"
     assert_nothing_lost_or_duplicated(producer, undelivered, hardened_in_time, hardened, logs)
+
+
+def test_a_silent_nodes_partitions_are_reported_without_a_leader_until_taken_over(
+        redis_url: str, kafka_bootstrap: str, unique_topic: str, tmp_path: Path) -> None:
+    # Given three nodes heartbeating every 500 ms with a 3 s session, and a six-partition
+    # topic
+    cluster = Cluster(redis_url, kafka_bootstrap, tmp_path, node_args=[
+        "--node-heartbeat-ms", "500", "--node-session-timeout-ms", "3000"])
+    try:
+        cluster.start()
+        cluster.create_topic(unique_topic)
+        sleeper, sleeper_id, led = cluster.busiest(unique_topic)
+        awake = next(p for p in cluster.processes if p is not sleeper)
+        before = cluster.leaders(awake, unique_topic)
+
+        # When the node leading the most partitions is paused (it stops heartbeating)
+        sleeper.pause()
+
+        # Then, once it missed two heartbeats and while it is still a live broker, another
+        # node's Metadata reports its partitions as Kafka reports offline ones
+        def partitions() -> dict[int, Any]:
+            (entry,) = cluster.metadata(awake, unique_topic).topics
+            return {p.partition_index: p for p in entry.partitions}
+
+        assert eventually(lambda: partitions()[led[0]].leader_id == -1, 10)
+        offline = partitions()
+        still_a_broker = sleeper_id in cluster.brokers(awake)
+        # ... and after the session, another node leads them
+        taken = eventually(lambda: all(
+            cluster.leaders(awake, unique_topic)[p] not in (-1, sleeper_id) for p in led), 10)
+        after = cluster.leaders(awake, unique_topic)
+    finally:
+        sleeper.resume()
+        cluster.stop()
+
+    assert still_a_broker
+    for p, entry in offline.items():
+        if p in led:
+            assert (entry.error_code, entry.leader_id, entry.replica_nodes,
+                    entry.isr_nodes) == (ErrorCode.LEADER_NOT_AVAILABLE, -1, [sleeper_id], []), p
+        else:
+            assert (entry.error_code, entry.leader_id) == (0, before[p]), p
+    assert taken, after
+    assert {p: after[p] for p in before if p not in led} == {
+        p: before[p] for p in before if p not in led}
