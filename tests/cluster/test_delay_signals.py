@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from storage.clock import wall_clock_ms
 from storage.policy.adaptive import DelayInputs
-from tests.cluster.conftest import start_cluster
+from tests.cluster.conftest import running_nodes
 from tests.kiln_harness import RunningKiln, eventually
 
 PARTITIONS = 12
@@ -21,13 +21,8 @@ PARTITIONS = 12
 @pytest.fixture
 def adaptive_pair(redis_url: str, kafka_bootstrap: str) -> Iterator[list[RunningKiln]]:
     """Two nodes with the default (adaptive) delay policy, by node id."""
-    nodes = sorted(start_cluster(redis_url, kafka_bootstrap, nodes=2, delay_policy="adaptive"),
-                   key=lambda k: k.app.node_id)
-    try:
+    with running_nodes(redis_url, kafka_bootstrap, nodes=2, delay_policy="adaptive") as nodes:
         yield nodes
-    finally:
-        for kiln in nodes:
-            kiln.stop()
 
 
 def inputs(kiln: RunningKiln, topic: str) -> DelayInputs:

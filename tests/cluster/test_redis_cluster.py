@@ -39,7 +39,7 @@ from cli.local_services import LocalRedis
 from cli.main import main
 from storage.log_queue import partition_key
 from storage.model import TopicPartition
-from tests.cluster.conftest import start_cluster
+from tests.cluster.conftest import running_nodes
 from tests.cluster.takeover_support import (
     PARTITIONS,
     SpreadLoop,
@@ -80,13 +80,8 @@ def redis_cluster() -> Iterator[LocalRedisCluster]:
 def kiln_on_redis_cluster(redis_cluster: LocalRedisCluster,
                           kafka_bootstrap: str) -> Iterator[list[RunningKiln]]:
     """Three in-process Kiln nodes on the (emptied) Redis Cluster, by node id."""
-    nodes = sorted(start_cluster(redis_cluster.url, kafka_bootstrap),
-                   key=lambda k: k.app.node_id)
-    try:
+    with running_nodes(redis_cluster.url, kafka_bootstrap) as nodes:
         yield nodes
-    finally:
-        for kiln in nodes:
-            kiln.stop()
 
 
 def keys_per_master(cluster: LocalRedisCluster) -> dict[int, int]:
