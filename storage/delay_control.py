@@ -168,6 +168,33 @@ def _summed(replies: Sequence[Any], since_ms: int) -> PeerSignals:
     return PeerSignals(senders, bytes_per_s, records_per_s, acks)
 
 
+async def ingress_by_node(redis: RedisClient, names: Sequence[str]
+                          ) -> dict[str, tuple[float, float]]:
+    """(records/s, bytes/s) producers sent through each named node lately, as its reports
+    say; a node without a report of the last `_PEER_REPORT_MAX_AGE_MS` is left out."""
+    if not names:
+        return {}
+    async with redis.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.hgetall(REPORT_KEY_PREFIX + name)
+        replies = await pipe.execute(raise_on_error=False)
+    since = wall_clock_ms() - _PEER_REPORT_MAX_AGE_MS
+    out = {}
+    for name, entries in zip(names, replies, strict=True):
+        if isinstance(entries, dict) and any(_written_since(raw, since)
+                                             for raw in entries.values()):
+            signals = _summed([entries], since)
+            out[name] = (signals.records_per_s, signals.bytes_per_s)
+    return out
+
+
+def _written_since(raw: bytes | str, since_ms: int) -> bool:
+    try:
+        return int(json.loads(raw)["at_ms"]) >= since_ms
+    except (ValueError, TypeError, KeyError):
+        return False
+
+
 async def read_reports(redis: RedisClient) -> list[dict[str, Any]]:
     """Every live Kiln process's latest delay report per topic."""
     reports = []

@@ -126,6 +126,30 @@ def test_kiln_nodes_shows_what_each_node_leads_as_clients_are_told(
     assert {n: rows[n]["groups"] for n in rows} == {n: int(n == coordinator) for n in rows}
 
 
+def test_kiln_nodes_shows_the_ingress_each_node_took(kiln_cluster: list[RunningKiln],
+                                                    topic: str, redis_url: str) -> None:
+    # Given three nodes, and a producer given node 0 writing to partitions that node 1
+    # leads only
+    led_by_1 = [p for p, node in leaders(kiln_cluster[0].bootstrap, topic).items() if node == 1]
+    producer = Producer({"bootstrap.servers": kiln_cluster[0].bootstrap, "linger.ms": 5})
+    for i in range(600):
+        producer.produce(topic, value=b"v%04d" % i, partition=led_by_1[i % len(led_by_1)])
+    assert producer.flush(30) == 0
+
+    # When an operator lists the nodes (once the nodes published what they saw)
+    def rows() -> dict[int, dict[str, Any]]:
+        result = CliRunner().invoke(main, ["nodes", "--json", "--redis-url", redis_url])
+        assert result.exit_code == 0, result.output
+        return {row["node_id"]: row for row in json.loads(result.output)}
+
+    assert eventually(lambda: (rows()[1]["in_rec_s"] or 0) > 0, 10)
+    listed = rows()
+
+    # Then node 1 shows records and bytes coming in, the nodes that took none show none
+    assert listed[1]["in_rec_s"] > 0 and listed[1]["in_mb_s"] >= 0, listed[1]
+    assert [listed[n]["in_rec_s"] for n in (0, 2)] == [0, 0], listed
+
+
 def test_a_partition_s_requests_sent_to_another_node_are_refused_and_store_nothing(
         kiln_cluster: list[RunningKiln], topic: str) -> None:
     # Given a topic, and one of its partitions with its leader and a node that does not lead it

@@ -189,7 +189,7 @@ def test_kiln_nodes_lists_live_and_dead_nodes(node_process: KilnProcess, nodes_c
         assert table.exit_code == 0
         assert table.output.splitlines()[0].split() == [
             "NODE_ID", "STATE", "ADDRESS", "HTTP", "PID", "UP_S", "HEARD_S_AGO", "PARTITIONS",
-            "GROUPS"]
+            "GROUPS", "IN_REC_S", "IN_MB_S"]
 
 
 def test_two_nodes_on_one_host_start_with_default_http_ports(
