@@ -1,6 +1,7 @@
 """FindCoordinator: a group's coordinator is the Kiln node the group is placed on
-(storage/leadership.py). Kiln offers no transactions, so a transaction coordinator is never
-available (clients retry, then give up)."""
+(storage/leadership.py), not available while that node is silent. Kiln offers no
+transactions, so a transaction coordinator is never available (clients retry, then give
+up)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,9 @@ def _locate(ctx: KilnContext, key_type: int, key: str) -> _Found:
     if key_type == GROUP:
         node = ctx.cluster.coordinator(key)
         address = ctx.brokers().get(node)
-        if address is None:  # placed on a node that left since: the client asks again
+        if address is None or ctx.cluster.silent(node):
+            # Placed on a node that left since, or that stopped heartbeating (its groups
+            # move once it is declared dead): the client asks again.
             return _Found(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         return _Found(ErrorCode.NONE, None, node, *address)
     if key_type == TRANSACTION:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from storage.leadership import group_placement_key, place
 from tests.cluster.conftest import SESSION_MS
 from tests.cluster.takeover_support import (
     Cluster,
@@ -25,6 +26,7 @@ from tests.cluster.takeover_support import (
     read_topic,
     running_cluster,
 )
+from tests.cluster.test_routing import find_coordinators
 from tests.kiln_harness import eventually
 from wire.errors import ErrorCode
 
@@ -200,7 +202,7 @@ def test_rolling_restart_under_load_loses_and_duplicates_nothing(
     assert_nothing_lost_or_duplicated(producer, undelivered, hardened_in_time, hardened, logs)
 
 
-def test_a_silent_nodes_partitions_are_reported_without_a_leader_until_taken_over(
+def test_a_silent_nodes_partitions_and_groups_are_reported_unavailable_until_taken_over(
         redis_url: str, kafka_bootstrap: str, unique_topic: str, tmp_path: Path) -> None:
     # Given three nodes heartbeating every 500 ms with a 3 s session, and a six-partition
     # topic
@@ -212,23 +214,29 @@ def test_a_silent_nodes_partitions_are_reported_without_a_leader_until_taken_ove
         sleeper, sleeper_id, led = cluster.busiest(unique_topic)
         awake = next(p for p in cluster.processes if p is not sleeper)
         before = cluster.leaders(awake, unique_topic)
+        ids = tuple(sorted(cluster.node_ids()))
+        group = next(g for g in (f"g-{i}" for i in range(1000))
+                     if place(group_placement_key(g), ids) == sleeper_id)
 
         # When the node leading the most partitions is paused (it stops heartbeating)
         sleeper.pause()
 
         # Then, once it missed two heartbeats and while it is still a live broker, another
-        # node's Metadata reports its partitions as Kafka reports offline ones
+        # node's Metadata reports its partitions as Kafka reports offline ones, and its
+        # groups' coordinator as not available
         def partitions() -> dict[int, Any]:
             (entry,) = cluster.metadata(awake, unique_topic).topics
             return {p.partition_index: p for p in entry.partitions}
 
         assert eventually(lambda: partitions()[led[0]].leader_id == -1, 10)
         offline = partitions()
+        coordinator_while_silent = find_coordinators(awake.bootstrap, [group])[group]
         still_a_broker = sleeper_id in cluster.brokers(awake)
         # ... and after the session, another node leads them
         taken = eventually(lambda: all(
             cluster.leaders(awake, unique_topic)[p] not in (-1, sleeper_id) for p in led), 10)
         after = cluster.leaders(awake, unique_topic)
+        coordinator_after = find_coordinators(awake.bootstrap, [group])[group]
     finally:
         sleeper.resume()
         cluster.stop()
@@ -240,6 +248,8 @@ def test_a_silent_nodes_partitions_are_reported_without_a_leader_until_taken_ove
                     entry.isr_nodes) == (ErrorCode.LEADER_NOT_AVAILABLE, -1, [sleeper_id], []), p
         else:
             assert (entry.error_code, entry.leader_id) == (0, before[p]), p
+    assert coordinator_while_silent[:2] == (ErrorCode.COORDINATOR_NOT_AVAILABLE, -1)
     assert taken, after
+    assert coordinator_after[0] == 0 and coordinator_after[1] not in (-1, sleeper_id)
     assert {p: after[p] for p in before if p not in led} == {
         p: before[p] for p in before if p not in led}
