@@ -64,7 +64,7 @@ class KilnApp:
             session_timeout_ms=settings.node_session_timeout_ms))
         self.leadership = Leadership(self.queue.redis, self.membership,
                                      fresh_within_s=settings.node_session_timeout_ms / 1000,
-                                     silent_after_ms=2 * settings.node_heartbeat_ms)
+                                     silent_after_ms=silent_after_ms(settings))
         self.membership.on_view_change(self._nodes_changed)
         # Kafka sees Kiln's connections under these names (the node id once it is given).
         name = f"kiln-{settings.node_id}" if settings.node_id != AUTO_NODE_ID else "kiln"
@@ -300,3 +300,12 @@ def delay_limits(settings: Settings) -> DelayLimits:
         memory_budget_bytes=settings.buffer_budget_bytes or 2**62,
         max_ack_delay_ms=settings.max_ack_delay_ms,
     )
+
+
+def silent_after_ms(settings: Settings) -> int:
+    """How long a live node may go without renewing its registration before its partitions
+    and groups are reported unavailable: two heartbeats, and never less than one heartbeat
+    and a second (a busy event loop renews late). At or past the session timeout it never
+    applies: the node is dead first."""
+    heartbeat = settings.node_heartbeat_ms
+    return max(2 * heartbeat, heartbeat + 1_000)
