@@ -31,7 +31,7 @@ from storage.acks import SettledWaiters
 from storage.budget import BufferBudget
 from storage.catalog import Catalog
 from storage.clock import wall_clock_ms
-from storage.errors import StorageError
+from storage.errors import BufferUnavailable, StorageError
 from storage.policy.observer import DelayObserver, PeerSignals
 from storage.redis_pool import REDIS_FAILURES, RedisClient
 from storage.subscriptions import SubscriptionRegistry
@@ -174,10 +174,13 @@ async def ingress_by_node(redis: RedisClient, names: Sequence[str]
     say; a node without a report of the last `_PEER_REPORT_MAX_AGE_MS` is left out."""
     if not names:
         return {}
-    async with redis.pipeline(transaction=False) as pipe:
-        for name in names:
-            pipe.hgetall(REPORT_KEY_PREFIX + name)
-        replies = await pipe.execute(raise_on_error=False)
+    try:
+        async with redis.pipeline(transaction=False) as pipe:
+            for name in names:
+                pipe.hgetall(REPORT_KEY_PREFIX + name)
+            replies = await pipe.execute(raise_on_error=False)
+    except REDIS_FAILURES as exc:
+        raise BufferUnavailable(str(exc)) from exc
     since = wall_clock_ms() - _PEER_REPORT_MAX_AGE_MS
     out = {}
     for name, entries in zip(names, replies, strict=True):

@@ -19,11 +19,16 @@ _BROKER = _RESP.MetadataResponseBroker
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-def _topic_entry(ctx: KilnContext, config: TopicConfig) -> Message:
+def _silent_nodes(ctx: KilnContext) -> frozenset[int]:
+    """Decided once per request, not once per partition."""
+    return frozenset(n.node_id for n in ctx.cluster.brokers() if ctx.cluster.silent(n.node_id))
+
+
+def _topic_entry(ctx: KilnContext, config: TopicConfig, silent: frozenset[int]) -> Message:
     partitions = []
     for p in range(config.partitions):
         node = ctx.cluster.leader(TopicPartition(config.name, p))
-        if ctx.cluster.silent(node):
+        if node in silent:
             # As Kafka reports an offline partition: clients ask again soon, and find the
             # node that takes it over as soon as the silent one is declared dead.
             partitions.append(_PARTITION(
@@ -46,8 +51,9 @@ def _error_entry(name: str | None, topic_id: uuid.UUID | None, code: ErrorCode) 
 async def _requested(ctx: KilnContext, request: Request) -> list[Message]:
     body = request.body
     version = request.header.request_api_version
+    silent = _silent_nodes(ctx)
     if body.topics is None or (version == 0 and not body.topics):
-        return [_topic_entry(ctx, c) for c in (await ctx.topics.all()).values()]
+        return [_topic_entry(ctx, c, silent) for c in (await ctx.topics.all()).values()]
     allow_create = True if version < 4 else bool(body.allow_auto_topic_creation)
     entries = []
     by_id: dict[uuid.UUID, TopicConfig] | None = None
@@ -58,7 +64,7 @@ async def _requested(ctx: KilnContext, request: Request) -> list[Message]:
                 by_id = {c.uuid: c for c in (await ctx.topics.all()).values()}
             found = by_id.get(wanted.topic_id)
             missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            entries.append(_topic_entry(ctx, found) if found else
+            entries.append(_topic_entry(ctx, found, silent) if found else
                            _error_entry(None, wanted.topic_id, missing))
             continue
         try:
@@ -69,7 +75,7 @@ async def _requested(ctx: KilnContext, request: Request) -> list[Message]:
         except KafkaError as exc:
             entries.append(_error_entry(name, None, exc.error_code))
             continue
-        entries.append(_topic_entry(ctx, config) if config else
+        entries.append(_topic_entry(ctx, config, silent) if config else
                        _error_entry(name, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
     return entries
 
