@@ -146,8 +146,9 @@ def test_kiln_nodes_shows_the_ingress_each_node_took(kiln_cluster: list[RunningK
     listed = rows()
 
     # Then node 1 shows records and bytes coming in, the nodes that took none show none
+    # (0, or empty while a node has published no report on the new topic yet)
     assert listed[1]["in_rec_s"] > 0 and listed[1]["in_mb_s"] >= 0, listed[1]
-    assert [listed[n]["in_rec_s"] for n in (0, 2)] == [0, 0], listed
+    assert [listed[n]["in_rec_s"] or 0 for n in (0, 2)] == [0, 0], listed
 
 
 def test_a_partition_s_requests_sent_to_another_node_are_refused_and_store_nothing(
