@@ -1,0 +1,1 @@
+"""Kafka transactions (Transactions V1), coordinated by Kiln with state in Redis."""
