@@ -42,6 +42,9 @@ from storage.subscriptions import SubscriptionRegistry
 from storage.tiered_log import TieredLog
 from storage.topic_configs import TopicConfigs
 from storage.topics import TopicRegistry
+from storage.transactions.coordinator import TransactionCoordinator
+from storage.transactions.participants import TransactionParticipants
+from storage.transactions.store import TxnStore
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +116,12 @@ class KilnApp:
             heartbeat_interval_ms=settings.group_consumer_heartbeat_interval_ms,
         ), offsets_listener=self.delivery, coordinates=self.leadership.coordinates)
         forget_topic_state(self.catalog, subscriptions, group_store)
+        self.transactions = (TransactionCoordinator(
+            TxnStore(self.queue.redis), TransactionParticipants(self.queue.redis),
+            self.catalog.starts, ProducerIds(self.queue.redis),
+            coordinates=self.leadership.coordinates_transactions,
+            offsets_listener=self.delivery)
+            if settings.transactions_enabled else None)
         appends = AppendSignals()
         appends.add_listener(self.hardener.appended)
         self.metrics = KilnMetrics()
@@ -125,6 +134,7 @@ class KilnApp:
                           self.budget, self.delay, self.metrics, appends, self.leadership),
             topics=self.catalog, groups=self.groups, cluster=self.leadership,
             producer_ids=ProducerIds(self.queue.redis), metrics=self.metrics,
+            transactions=self.transactions,
             memory=ListenerMemory(listener_limits(settings)),
             topic_configs=TopicConfigs(self.catalog, self.kafka),
             broker_configs=self._broker_configs(settings.node_id),
@@ -187,6 +197,8 @@ class KilnApp:
         self.budget.start()
         self.delay_control.start()
         self.hardener.start()
+        if self.transactions is not None:
+            self.transactions.start()
         if self.http is not None:
             try:
                 await self.http.start()
@@ -267,6 +279,8 @@ class KilnApp:
         await self.probe_kafka.close()
         await self.listener.close()
         await self.groups.stop()
+        if self.transactions is not None:
+            await self.transactions.stop()
         await self.hardener.stop()
         await self.delay_control.stop()
         await self.budget.stop()

@@ -105,7 +105,7 @@ async def _read(settings: Settings, tp: TopicPartition, from_offset: int | None,
         now = wall_clock_ms()
         rows: list[dict[str, Any]] = []
         while len(rows) < limit and offset < buffered.next:
-            batches, _, _ = await stores.queue.read_from(tp, offset, _READ_BYTES)
+            batches = (await stores.queue.read_from(tp, offset, _READ_BYTES)).batches
             if not batches:
                 break  # hardened or delivered meanwhile
             rows += _records(batches, offset, now)[:limit - len(rows)]

@@ -62,6 +62,9 @@ class Settings:
     max_ack_delay_ms: int = 10_000
     buffer_budget_bytes: int = 512 * 1024 * 1024
     auto_create_topics: bool = True
+    # Kafka transactions (docs/transactions-design.md): off until a transaction's records can
+    # be hardened whole; while on, hardening of a partition stops at its first transaction.
+    transactions_enabled: bool = False
     # Partitions of a topic created without a count (auto-created, CreateTopics asking for
     # the default, `kiln topics create` without --partitions); 0 (or "kafka"): as many as
     # the Kafka cluster behind Kiln gives one, its brokers' num.partitions.

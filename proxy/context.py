@@ -32,6 +32,7 @@ from storage.producer_ids import ProducerIds
 from storage.tiered_log import PartitionRead
 from storage.topic_configs import TopicConfigs
 from storage.topics import TopicConfig
+from storage.transactions.coordinator import ProducerIdAnswer
 from wire.errors import ErrorCode, KafkaError
 
 
@@ -61,9 +62,12 @@ class PartitionLog(Protocol):
         """Until `last_offset` of the partition's `incarnation` is safe for an assured ack."""
 
     async def read(self, tp: TopicPartition, offset: int, limit_bytes: int,
-                   *, at_least_one: bool) -> PartitionRead: ...
+                   *, at_least_one: bool, committed_only: bool = False) -> PartitionRead:
+        """With `committed_only` (read_committed), nothing from the last stable offset on,
+        and the aborted transactions among the records listed."""
 
-    async def next_offset(self, tp: TopicPartition) -> int: ...
+    async def next_offset(self, tp: TopicPartition, *, committed_only: bool = False) -> int:
+        """The high watermark, or with `committed_only` the last stable offset."""
 
     async def log_start(self, tp: TopicPartition) -> int: ...
 
@@ -136,6 +140,12 @@ class Groups(Protocol):
     async def validate_fetch(self, group_id: str, member_id: str | None,
                              member_epoch: int) -> ErrorCode: ...
 
+    async def validate_transactional_commit(
+            self, group_id: str, generation_id: int, member_id: str,
+            group_instance_id: str | None, tps: Sequence[TopicPartition], version: int
+            ) -> dict[TopicPartition, ErrorCode]:
+        """The partitions a TxnOffsetCommit may not commit, with why."""
+
     async def fetch_offsets(self, group_id: str, tps: Sequence[TopicPartition] | None
                             ) -> dict[TopicPartition, CommittedOffset]: ...
 
@@ -160,6 +170,34 @@ class Cluster(Protocol):
 
     def coordinator(self, group_id: str) -> int: ...
 
+    def transaction_coordinator(self, transactional_id: str) -> int: ...
+
+
+class Transactions(Protocol):
+    """Kafka transactions (storage.transactions.coordinator). Each method answers with the
+    code Kafka's transaction coordinator would (NOT_COORDINATOR on a node that does not
+    coordinate the id)."""
+
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int,
+                               producer_id: int, producer_epoch: int) -> ProducerIdAnswer: ...
+
+    async def add_partitions(self, transactional_id: str, producer_id: int,
+                             producer_epoch: int, tps: Sequence[TopicPartition]
+                             ) -> ErrorCode: ...
+
+    async def end_transaction(self, transactional_id: str, producer_id: int,
+                              producer_epoch: int, commit: bool) -> ErrorCode: ...
+
+    async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          group_id: str) -> ErrorCode: ...
+
+    async def stage_offsets(self, group_id: str, producer_id: int, producer_epoch: int,
+                            offsets: Mapping[TopicPartition, CommittedOffset]) -> ErrorCode:
+        """TxnOffsetCommit's offsets, kept until the producer's transaction ends."""
+
+    async def unstable_partitions(self, group_id: str) -> set[TopicPartition]:
+        """The group's partitions with offsets waiting for a transaction to end."""
+
 
 @dataclass
 class KilnContext:
@@ -173,6 +211,8 @@ class KilnContext:
     # brokers Kiln's node stands for.
     topic_configs: TopicConfigs
     broker_configs: BrokerConfigs
+    # None: transactions are off (settings.transactions_enabled).
+    transactions: Transactions | None = None
     clock_ms: Callable[[], int] = wall_clock_ms
     metrics: KilnMetrics = field(default_factory=KilnMetrics)
     # What the listener may hold for its clients (requests, answers not yet taken).

@@ -29,6 +29,7 @@ from proxy.handlers import (
     offset_for_leader_epoch,
     offsets,
     produce,
+    transactions,
 )
 from proxy.reply import Deferred
 from proxy.request_metrics import API_LABELS
@@ -44,7 +45,7 @@ HANDLERS: dict[int, tuple[Handler, ErrorBuilder | None]] = {
     ApiKey.API_VERSIONS: (api_versions.handle, None),
     ApiKey.METADATA: (metadata.handle, None),
     ApiKey.PRODUCE: (produce.handle, produce.error_response),
-    ApiKey.INIT_PRODUCER_ID: (init_producer_id.handle, None),
+    ApiKey.INIT_PRODUCER_ID: (init_producer_id.handle, init_producer_id.error_response),
     ApiKey.CREATE_TOPICS: (create_topics.handle, create_topics.error_response),
     ApiKey.DELETE_TOPICS: (delete_topics.handle, delete_topics.error_response),
     ApiKey.CREATE_PARTITIONS: (create_partitions.handle, create_partitions.error_response),
@@ -72,6 +73,12 @@ HANDLERS: dict[int, tuple[Handler, ErrorBuilder | None]] = {
                                      consumer_groups.describe_error),
     ApiKey.DELETE_GROUPS: (delete_groups.handle, delete_groups.error_response),
     ApiKey.OFFSET_DELETE: (offset_delete.handle, offset_delete.error_response),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (transactions.add_partitions,
+                                   transactions.add_partitions_error),
+    ApiKey.END_TXN: (transactions.end_transaction, transactions.end_transaction_error),
+    ApiKey.ADD_OFFSETS_TO_TXN: (transactions.add_offsets, transactions.add_offsets_error),
+    ApiKey.TXN_OFFSET_COMMIT: (transactions.txn_offset_commit,
+                               transactions.txn_offset_commit_error),
 }
 
 

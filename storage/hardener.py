@@ -52,6 +52,7 @@ from storage.policy.observer import DelayObserver
 from storage.policy.reliability import shed_now, should_harden
 from storage.tasks import stop_task
 from storage.topics import HardenPolicy, TopicConfig, TopicGone
+from wire.txn_markers import batch_is_transactional
 
 log = logging.getLogger(__name__)
 
@@ -397,8 +398,8 @@ class Hardener:
         batches = read.batches
         if not batches:
             return decided_below
-        due = due_prefix(batches, self._due_before(tp, self._clock(), batches[0].base_offset),
-                         self._shed)
+        due = _before_transactions(due_prefix(
+            batches, self._due_before(tp, self._clock(), batches[0].base_offset), self._shed))
         if not due:
             return decided_below
         policy = (await self._registered(tp.topic)).harden
@@ -508,3 +509,14 @@ def _hardens(batch: StoredBatch, policy: HardenPolicy) -> bool:
     if batch.reliability is Reliability.ASSURED_PERSISTENT:
         return True
     return policy is not HardenPolicy.NEVER and should_harden(batch.reliability)
+
+
+def _before_transactions(due: list[StoredBatch]) -> list[StoredBatch]:
+    """The due batches before the first of a transaction (its records or its marker). A
+    partition's hardener writes no transaction: that takes one Kafka transaction for all of
+    a transaction's partitions, which this per-partition writer cannot give, so hardening
+    stops there (docs/transactions-design.md, the hardening lane)."""
+    for i, batch in enumerate(due):
+        if batch_is_transactional(batch.data):
+            return due[:i]
+    return due

@@ -102,6 +102,10 @@ def group_placement_key(group_id: str) -> str:
     return f"group {group_id}"
 
 
+def transaction_placement_key(transactional_id: str) -> str:
+    return f"transaction {transactional_id}"
+
+
 class NodesView(Protocol):
     """What Leadership needs of this process's membership (storage.nodes.Membership)."""
 
@@ -163,6 +167,12 @@ class Leadership:
 
     def coordinates(self, group_id: str) -> bool:
         return self.coordinator(group_id) == self._nodes.node_id
+
+    def transaction_coordinator(self, transactional_id: str) -> int:
+        return self._placed(transaction_placement_key(transactional_id))
+
+    def coordinates_transactions(self, transactional_id: str) -> bool:
+        return self.transaction_coordinator(transactional_id) == self._nodes.node_id
 
     def _placed(self, key: str) -> int:
         placed = place(key, self._nodes.live_ids())

@@ -27,6 +27,14 @@ Layout per partition (`{topic/partition}` is the hash tag):
   kiln:{t/p}:writer  string; the last process that took the lease and has not let go of it
   kiln:{t/p}:leader  string; the partition's leader lease, `<epoch> <node id> <incarnation>`:
                      appends are stored only under it (storage/leadership.py)
+  kiln:{t/p}:txns    hash; producer id -> JSON of its transactions here (storage/transactions):
+                     e epoch, n the transaction registered (AddPartitionsToTxn), m the last
+                     one ended here (its marker written), f the first offset of its
+                     records (-1 before any), t its transactional id; open while n > m
+  kiln:{t/p}:open    sorted set; producer id -> first offset of its open transaction's
+                     records: the last stable offset is the lowest, or the high watermark
+  kiln:{t/p}:aborted sorted set; "<producer id>:<first offset>" -> offset of the abort
+                     marker: the aborted transactions a read_committed fetch lists
 
 The log queue only ever loses a prefix (hardened or delivered batches), so buffered bytes
 are `appended` minus the first entry's `c`: every removal recounts them exactly, however
@@ -59,7 +67,7 @@ log = logging.getLogger(__name__)
 # the process that started it. A Redis restarted from its AOF or RDB file, or a replica
 # promoted by failover, may have lost the last writes before it took over, so the offsets
 # they took would be issued again; its partitions are started again like lost ones.
-_RUN_ID = """
+RUN_ID_LUA = """
 local function redis_run_id()
   return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
 end
@@ -71,10 +79,14 @@ end
 # without an incarnation of this Redis process is new, or was lost or partly lost by Redis:
 # nothing is appended until Kiln has started it again from what Kafka holds (returns code -1).
 # Nothing is appended unless the partition's leader lease (KEYS[4]) still holds the fencing
-# token ARGV[4] (returns NOT_LEADER_OR_FOLLOWER). Returns {error code, first offset,
-# duplicate (0/1), incarnation}.
-_APPEND = _RUN_ID + """
-local log, meta, pids = KEYS[1], KEYS[2], KEYS[3]
+# token ARGV[4] (returns NOT_LEADER_OR_FOLLOWER). A transactional batch is stored only while
+# its producer's transaction is registered here at its epoch (INVALID_TXN_STATE, or
+# INVALID_PRODUCER_EPOCH for an older epoch), and a producer's non-transactional batch not
+# while its transaction here holds records (INVALID_TXN_STATE), as Kafka's broker checks; the
+# first records of a transaction open it in KEYS[6], holding the last stable offset back.
+# Returns {error code, first offset, duplicate (0/1), incarnation}.
+_APPEND = RUN_ID_LUA + """
+local log, meta, pids, txns, open = KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[6]
 if redis.call('GET', KEYS[4]) ~= ARGV[4] then return {6, -1, 0, ''} end
 local now, level, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local incarnation = redis.call('HGET', meta, 'inc')
@@ -82,13 +94,13 @@ if not incarnation or redis.call('HGET', meta, 'rid') ~= redis_run_id() then
   return {-1, -1, 0, ''}
 end
 local M = 2147483648
-local plans, states = {}, {}
+local plans, states, regs = {}, {}, {}
 for i = 0, count - 1 do
-  local a = 5 + i * 6
+  local a = 5 + i * 7
   local n, pid = tonumber(ARGV[a + 1]), ARGV[a + 2]
   local epoch, seq = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
   local plan = {data = ARGV[a], n = n, pid = pid, seq = seq, last = (seq + n - 1) % M,
-                headed = ARGV[a + 5]}
+                headed = ARGV[a + 5], txn = ARGV[a + 6] == '1'}
   if tonumber(pid) >= 0 then
     local state = states[pid]
     if state == nil then
@@ -96,6 +108,19 @@ for i = 0, count - 1 do
       if raw then state = cjson.decode(raw) else state = {e = epoch, b = {}} end
     end
     if epoch < state.e then return {47, -1, 0, incarnation} end
+    local reg = regs[pid]
+    if reg == nil then
+      local raw = redis.call('HGET', txns, pid)
+      if raw then reg = cjson.decode(raw) else reg = false end
+      regs[pid] = reg
+    end
+    if plan.txn then
+      if not reg or reg.n <= reg.m then return {48, -1, 0, incarnation} end
+      if epoch < reg.e then return {47, -1, 0, incarnation} end
+      if epoch > reg.e then return {48, -1, 0, incarnation} end
+    elseif reg and reg.n > reg.m and reg.f >= 0 then
+      return {48, -1, 0, incarnation}
+    end
     if epoch > state.e then
       -- A new epoch starts its sequences again at 0, as Kafka checks.
       if seq ~= 0 then return {45, -1, 0, incarnation} end
@@ -138,6 +163,12 @@ for _, plan in ipairs(plans) do
       for _, b in ipairs(states[plan.pid].b) do
         if b[1] == plan.seq and b[2] == plan.last and b[3] == -1 then b[3] = base end
       end
+    end
+    local reg = regs[plan.pid]
+    if plan.txn and reg.f < 0 then
+      reg.f = base
+      redis.call('ZADD', open, base, plan.pid)
+      redis.call('HSET', txns, plan.pid, cjson.encode(reg))
     end
   end
 end
@@ -214,7 +245,9 @@ return b1 - b0
 # appended) and, when ARGV[3] is 1, the batches wholly below it are dropped, unless the log
 # queue starts below the hardened mark: that region is held by the hardener (batches kept
 # until delivered, and those behind them), which releases it and counts what leaves.
-# Returns {delivered mark, records dropped, incarnation}.
+# Nothing at or past the first record of an open transaction (KEYS[4]) is dropped: whether
+# it is ever hardened is not decided yet. Returns {delivered mark, records dropped,
+# incarnation}.
 _DELIVER = _TRIM_PREFIX + """
 local log, meta, commits = KEYS[1], KEYS[2], KEYS[3]
 local next_offset = tonumber(redis.call('HGET', meta, 'next') or '0')
@@ -237,7 +270,10 @@ local dropped = 0
 local head = first_entry(log)
 if ARGV[3] == '1' and head ~= nil
     and head >= tonumber(redis.call('HGET', meta, 'hardened') or '0') then
-  local b0, b1, removed_bytes = trim_prefix(log, meta, delivered)
+  local upto = delivered
+  local unstable = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+  if #unstable > 0 then upto = math.min(upto, tonumber(unstable[2])) end
+  local b0, b1, removed_bytes = trim_prefix(log, meta, upto)
   dropped = b1 - b0
   if dropped > 0 then
     redis.call('HINCRBY', meta, 'delivered_records', dropped)
@@ -302,7 +338,7 @@ return 1
 # on from the larger of its own next offset and Kafka's, in a new incarnation too: the
 # restored state may lack the last appends. Returns 1 when started here, 0 when already
 # started in this Redis process.
-_INITIALIZE = _RUN_ID + """
+_INITIALIZE = RUN_ID_LUA + """
 local meta, resume, rid = KEYS[1], ARGV[1], redis_run_id()
 if redis.call('HGET', meta, 'inc') and redis.call('HGET', meta, 'rid') == rid then
   return 0
@@ -316,7 +352,7 @@ return 1
 """
 
 # 1 when the partition was started in this Redis process (see _INITIALIZE).
-_STARTED = _RUN_ID + """
+_STARTED = RUN_ID_LUA + """
 if redis.call('HGET', KEYS[1], 'inc') and redis.call('HGET', KEYS[1], 'rid') == redis_run_id()
 then return 1 end
 return 0
@@ -401,6 +437,8 @@ class AppendBatch:
     producer_epoch: int
     base_sequence: int
     carries_kiln_header: bool = False
+    # Part of a transaction: stored only while it is registered here (storage/transactions).
+    transactional: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -468,6 +506,28 @@ class PartitionState:
 
 
 @dataclass(frozen=True, slots=True)
+class AbortedTransaction:
+    """A transaction aborted in a partition, as a read_committed fetch lists it."""
+
+    producer_id: int
+    first_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class HotRead:
+    """What the log queue holds of a partition from an offset on."""
+
+    batches: list[StoredBatch]
+    state: PartitionState
+    start_offset: int  # the lowest offset the log queue still holds
+    # Below it, every transaction is decided (Kafka's last stable offset): a read_committed
+    # reader stops there.
+    last_stable_offset: int
+    # Aborted transactions whose abort markers lie at or after the offset read from.
+    aborted: list[AbortedTransaction]
+
+
+@dataclass(frozen=True, slots=True)
 class DeliverResult:
     delivered_offset: int
     records_dropped: int
@@ -497,7 +557,8 @@ class QueueRead:
 
 
 # Every key a partition has (the layout in the module's docstring).
-PARTITION_KEY_KINDS = ("log", "meta", "commits", "pids", "lease", "writer", "leader")
+PARTITION_KEY_KINDS = ("log", "meta", "commits", "pids", "lease", "writer", "leader", "txns",
+                       "open", "aborted")
 
 
 def partition_key(tp: TopicPartition, kind: str) -> str:
@@ -552,8 +613,9 @@ class LogQueue:
                                              token]
             for b in req.batches:
                 args += [b.data, b.record_count, b.producer_id, b.producer_epoch,
-                         b.base_sequence, int(b.carries_kiln_header)]
-            calls.append((partition_keys(req.tp, "log", "meta", "pids", "leader"), args))
+                         b.base_sequence, int(b.carries_kiln_header), int(b.transactional)]
+            calls.append((partition_keys(req.tp, "log", "meta", "pids", "leader", "txns",
+                                         "open"), args))
         try:
             replies = await self._run_all(self._append, calls)
         except REDIS_FAILURES as exc:
@@ -626,9 +688,10 @@ class LogQueue:
         return _stored_batch(*entries[0]) if entries else None
 
     async def read_from(self, tp: TopicPartition, offset: int, limit_bytes: int
-                        ) -> tuple[list[StoredBatch], PartitionState, int]:
+                        ) -> HotRead:
         """Batches holding `offset` and after, up to limit_bytes (at least one batch), with the
-        partition's state and the lowest offset the log queue still holds.
+        partition's state, the lowest offset the log queue still holds, its last stable
+        offset and the aborted transactions whose markers are at or after `offset`.
 
         One round trip: the batch that contains `offset` may start before it."""
         key = partition_key(tp, "log")
@@ -639,11 +702,14 @@ class LogQueue:
                              _READ_BATCHES)
                 pipe.xrange(key, "-", "+", count=1)
                 pipe.hgetall(partition_key(tp, "meta"))
-                before, after, first, meta = await pipe.execute(raise_on_error=False)
+                pipe.zrange(partition_key(tp, "open"), 0, 0, withscores=True)
+                pipe.zrangebyscore(partition_key(tp, "aborted"), offset, "+inf")
+                before, after, first, meta, unstable, aborted = await pipe.execute(
+                    raise_on_error=False)
             if isinstance(after, NoScriptError):
                 after = await self._read_range(keys=[key],
                                                args=[f"{offset}-1", limit_bytes, _READ_BATCHES])
-            for reply in (before, after, first, meta):
+            for reply in (before, after, first, meta, unstable, aborted):
                 if isinstance(reply, Exception):
                     raise reply
             after = after[1]
@@ -663,7 +729,11 @@ class LogQueue:
                 break
             batches.append(batch)
             size += len(batch.data)
-        return batches, state, start
+        stable = state.next_offset
+        if unstable:
+            stable = min(stable, max(state.deleted_offset, int(unstable[0][1])))
+        return HotRead(batches, state, start, stable,
+                       [_aborted_transaction(member) for member in aborted])
 
     async def start_offset(self, tp: TopicPartition) -> int:
         """The lowest offset the log queue still holds (the next offset when it is empty)."""
@@ -695,6 +765,20 @@ class LogQueue:
                 start = "(" + (last_id.decode() if isinstance(last_id, bytes) else str(last_id))
         except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
+
+    async def last_stable_offset(self, tp: TopicPartition) -> int:
+        """Below it every transaction is decided: the first offset of the oldest open
+        transaction, or the high watermark when none is open."""
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.hmget(partition_key(tp, "meta"), "next", "deleted")
+                pipe.zrange(partition_key(tp, "open"), 0, 0, withscores=True)
+                (next_offset, deleted), unstable = await pipe.execute()
+        except REDIS_FAILURES as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        if not unstable:
+            return int(next_offset or 0)
+        return min(int(next_offset or 0), max(int(deleted or 0), int(unstable[0][1])))
 
     async def state(self, tp: TopicPartition) -> PartitionState:
         try:
@@ -751,7 +835,7 @@ class LogQueue:
         One round trip for all partitions."""
         tps = list(offsets)
         calls: list[tuple[list[str], Sequence[bytes | int | str]]] = [
-            (partition_keys(tp, "log", "meta", "commits"),
+            (partition_keys(tp, "log", "meta", "commits", "open"),
              [group, offsets[tp], int(drop[tp.topic]), *durable_groups[tp.topic]])
             for tp in tps
         ]
@@ -886,6 +970,11 @@ def _append_result(reply: Sequence[Any]) -> AppendResult:
     if int(code) < 0:
         return AppendResult(ErrorCode.NONE, -1, False, needs_start=True)
     return AppendResult(ErrorCode.of(int(code)), int(base), bool(duplicate), _text(incarnation))
+
+
+def _aborted_transaction(member: bytes | str) -> AbortedTransaction:
+    producer_id, first_offset = _text(member).split(":")
+    return AbortedTransaction(int(producer_id), int(first_offset))
 
 
 def _stored_batch(entry_id: Any, fields: Any) -> StoredBatch:

@@ -22,7 +22,7 @@ state for (new to it, or lost) is started from what Kafka holds before its ends 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from storage import record_deletion
 from storage.acks import AckOutcome, SettledWaiters
@@ -35,7 +35,7 @@ from storage.errors import (
     StorageError,
     cold_tier_errors,
 )
-from storage.log_queue import AppendRequest, AppendResult, LogQueue
+from storage.log_queue import AbortedTransaction, AppendRequest, AppendResult, HotRead, LogQueue
 from storage.model import StoredBatch, TopicPartition
 from storage.observability.metrics import KilnMetrics
 from storage.policy.observer import DelayObserver
@@ -63,6 +63,10 @@ class PartitionRead:
     # Where the records came from: the hot start when the wanted offset fell in a gap below
     # it (a waiting fetch reads on from there).
     read_offset: int = -1
+    # Every transaction below it is decided; a read_committed read stops there.
+    last_stable_offset: int = -1
+    # For a read_committed read: the aborted transactions among the records served.
+    aborted: list[AbortedTransaction] = field(default_factory=list)
 
     @property
     def retry_later(self) -> bool:
@@ -117,17 +121,20 @@ class TieredLog:
     # -- reads -----------------------------------------------------------------------------
 
     async def read(self, tp: TopicPartition, offset: int, limit_bytes: int,
-                   *, at_least_one: bool) -> PartitionRead:
+                   *, at_least_one: bool, committed_only: bool = False) -> PartitionRead:
         """Batches from `offset`, up to `limit_bytes` (with `at_least_one`, at least one
-        batch whatever the limit), from whichever tier holds them. The caller checks the
-        topic."""
+        batch whatever the limit), from whichever tier holds them; with `committed_only`
+        (read_committed), none at or past the last stable offset, and the aborted
+        transactions among them listed. The caller checks the topic."""
         if offset < 0:
             return PartitionRead(ErrorCode.OFFSET_OUT_OF_RANGE)
         for _ in range(_TIER_ATTEMPTS):
-            batches, state, hot_start = await self._queue.read_from(tp, offset,
-                                                                    max(1, limit_bytes))
+            hot = await self._queue.read_from(tp, offset, max(1, limit_bytes))
+            state, hot_start = hot.state, hot.start_offset
+            batches = _stable(hot) if committed_only else hot.batches
             deleted = state.deleted_offset
-            read = PartitionRead(high_watermark=state.next_offset, read_offset=offset)
+            read = PartitionRead(high_watermark=state.next_offset, read_offset=offset,
+                                 last_stable_offset=hot.last_stable_offset)
             if offset > state.next_offset or offset < deleted:
                 read.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
                 return read
@@ -136,6 +143,8 @@ class TieredLog:
                     tp, state.hardened_records)
                 read.log_start_offset = _log_start(deleted, cold_earliest, hot_start)
                 read.records = _served(batches)
+                if committed_only:
+                    read.aborted = _aborted_among(hot, batches)
                 return read
             read.log_start_offset = _log_start(
                 deleted, self._cold.earliest_if_known(tp, state.hardened_records), hot_start)
@@ -157,16 +166,23 @@ class TieredLog:
                 if cold.records and cold.next_offset == hot_start:
                     # Kafka's records reach the hot start: the log goes on in Redis (all of
                     # `batches`, read below the hot start), as one Kafka log would answer.
-                    read.records += _served(_fitting(batches, limit_bytes - len(read.records)))
+                    served = _fitting(batches, limit_bytes - len(read.records))
+                    read.records += _served(served)
+                    if committed_only:
+                        read.aborted = _aborted_among(hot, served)
                 return read
             offset = hot_start  # a gap of dropped records up to the hot start
         return PartitionRead(high_watermark=read.high_watermark,
-                             log_start_offset=read.log_start_offset, read_offset=offset)
+                             log_start_offset=read.log_start_offset, read_offset=offset,
+                             last_stable_offset=read.last_stable_offset)
 
-    async def next_offset(self, tp: TopicPartition) -> int:
-        """The partition's end (its high watermark); raises KafkaError."""
+    async def next_offset(self, tp: TopicPartition, *, committed_only: bool = False) -> int:
+        """The partition's end (its high watermark), or with `committed_only` its last
+        stable offset; raises KafkaError."""
         with cold_tier_errors():
             await self._start_if_unknown(tp)
+            if committed_only:
+                return await self._queue.last_stable_offset(tp)
             return (await self._queue.state(tp)).next_offset
 
     async def log_start(self, tp: TopicPartition) -> int:
@@ -280,6 +296,20 @@ class TieredLog:
         top = max(records, key=lambda r: (r.timestamp == best_timestamp, r.timestamp,
                                           -r.offset))
         return top.offset, top.timestamp
+
+
+def _stable(hot: HotRead) -> list[StoredBatch]:
+    """The batches below the last stable offset (it is always a batch's first offset)."""
+    return [b for b in hot.batches if b.base_offset < hot.last_stable_offset]
+
+
+def _aborted_among(hot: HotRead, served: list[StoredBatch]) -> list[AbortedTransaction]:
+    """The aborted transactions that began before the end of `served` (those whose
+    markers lie before the read's offset are not in `hot.aborted`)."""
+    if not served:
+        return []
+    end = served[-1].next_offset
+    return [a for a in hot.aborted if a.first_offset < end]
 
 
 def _served(batches: list[StoredBatch]) -> bytes:

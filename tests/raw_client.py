@@ -12,8 +12,9 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 
 def record_batch(values: list[bytes], producer: tuple[int, int, int] = (-1, -1, -1),
-                 codec: int = 0) -> bytes:
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=0,
+                 codec: int = 0, transactional: bool = False) -> bytes:
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=codec,
+                                        is_transactional=int(transactional),
                                         producer_id=producer[0], producer_epoch=producer[1],
                                         base_sequence=producer[2], batch_size=1 << 22)
     for i, value in enumerate(values):
@@ -72,10 +73,10 @@ class RawClient:
         return response_class.decode(frame[5 if flexible else 4:], version=version)
 
     def produce(self, topic: str, partition: int, records: bytes, acks: int = 1,
-                version: int = 9) -> Any:
+                version: int = 9, transactional_id: str | None = None) -> Any:
         data = ProduceRequest.TopicProduceData
         request = ProduceRequest[version](
-            transactional_id=None, acks=acks, timeout_ms=10_000,
+            transactional_id=transactional_id, acks=acks, timeout_ms=10_000,
             topic_data=[data(name=topic, partition_data=[
                 data.PartitionProduceData(index=partition, records=records)])])
         response = self.request(request, version, ProduceResponse)

@@ -51,7 +51,9 @@ class ApiKey(enum.IntEnum):
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
     ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     CREATE_PARTITIONS = 37
@@ -155,6 +157,17 @@ CLIENT_APIS: dict[int, ApiSpec] = {
         _spec(ApiKey.DELETE_GROUPS, 0, 2, admin.DeleteGroupsRequest, admin.DeleteGroupsResponse),
         _spec(ApiKey.OFFSET_DELETE, 0, 0, consumer.OffsetDeleteRequest,
               consumer.OffsetDeleteResponse),
+        # Transactions V1 (docs/transactions-design.md): the versions clients send their
+        # coordinator; AddPartitionsToTxn v4+ is broker-to-coordinator only, EndTxn v5+ and
+        # the epoch bump per transaction belong to transactions V2, not offered.
+        _spec(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3, producer.AddPartitionsToTxnRequest,
+              producer.AddPartitionsToTxnResponse),
+        _spec(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4, producer.AddOffsetsToTxnRequest,
+              producer.AddOffsetsToTxnResponse),
+        _spec(ApiKey.END_TXN, 0, 4, producer.EndTxnRequest, producer.EndTxnResponse),
+        # v5 belongs to transactions V2.
+        _spec(ApiKey.TXN_OFFSET_COMMIT, 0, 4, producer.TxnOffsetCommitRequest,
+              producer.TxnOffsetCommitResponse),
         # KIP-848; kafka-python has no schemas for these (wire/consumer_groups).
         _spec(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1,
               consumer_groups.ConsumerGroupHeartbeatRequest,
@@ -165,17 +178,10 @@ CLIENT_APIS: dict[int, ApiSpec] = {
     )
 }
 
-# Every API Kiln may send to the hardened store; today the same set it serves.
-UPSTREAM_APIS: dict[int, ApiSpec] = {
-    **CLIENT_APIS,
-    # Kiln fences a zombie writer of a hardened partition with an aborted empty transaction
-    # (storage.kafka.client); the client versions, where the producer names its partitions.
-    ApiKey.ADD_PARTITIONS_TO_TXN: _spec(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3,
-                                        producer.AddPartitionsToTxnRequest,
-                                        producer.AddPartitionsToTxnResponse),
-    ApiKey.END_TXN: _spec(ApiKey.END_TXN, 0, 4, producer.EndTxnRequest,
-                          producer.EndTxnResponse),
-}
+# Every API Kiln may send to the hardened store: the same set it serves (Kiln fences a
+# zombie writer of a hardened partition with an aborted empty transaction,
+# storage.kafka.client).
+UPSTREAM_APIS: dict[int, ApiSpec] = dict(CLIENT_APIS)
 
 
 def is_flexible(spec: ApiSpec, version: int) -> bool:

@@ -21,6 +21,7 @@ from wire.errors import ErrorCode, KafkaError
 _RESP = CLIENT_APIS[ApiKey.FETCH].response
 _TOPIC = _RESP.FetchableTopicResponse
 _PARTITION = _TOPIC.PartitionData
+_ABORTED = _PARTITION.AbortedTransaction
 _READ_COMMITTED = 1
 _REFUSED_BEFORE_READING = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
 # How often a waiting fetch re-reads Redis, for appends made through other Kiln processes.
@@ -28,16 +29,18 @@ _RECHECK_S = 0.1
 
 
 async def _read_partition(ctx: KilnContext, tp: TopicPartition, offset: int,
-                          limit_bytes: int, at_least_one: bool) -> PartitionRead:
+                          limit_bytes: int, at_least_one: bool, committed_only: bool
+                          ) -> PartitionRead:
     try:
         await ctx.check_partition(tp)
     except KafkaError as exc:
         return PartitionRead(exc.error_code)
-    return await ctx.log.read(tp, offset, limit_bytes, at_least_one=at_least_one)
+    return await ctx.log.read(tp, offset, limit_bytes, at_least_one=at_least_one,
+                              committed_only=committed_only)
 
 
 async def _read_all(ctx: KilnContext, wanted: list[tuple[TopicPartition, int, int]],
-                    max_bytes: int) -> dict[TopicPartition, PartitionRead]:
+                    max_bytes: int, committed_only: bool) -> dict[TopicPartition, PartitionRead]:
     reads: dict[TopicPartition, PartitionRead] = {}
     budget = max_bytes
     served = False
@@ -45,7 +48,7 @@ async def _read_all(ctx: KilnContext, wanted: list[tuple[TopicPartition, int, in
         limit = min(partition_max, budget)
         # KIP-74: the first partition with data returns at least one batch, whatever the
         # limits; the others only what fits.
-        read = await _read_partition(ctx, tp, offset, limit, not served)
+        read = await _read_partition(ctx, tp, offset, limit, not served, committed_only)
         if served and len(read.records) > max(0, limit):
             read.records = b""
         served = served or bool(read.records)
@@ -63,8 +66,9 @@ async def handle(ctx: KilnContext, request: Request) -> Message:
     # (KIP-74 still answers with the first batch).
     max_bytes = ctx.memory.fetch_bytes(asked)
     deadline = time.monotonic() + max(0, body.max_wait_ms) / 1000
+    committed_only = body.isolation_level == _READ_COMMITTED
     while True:
-        reads = await _read_all(ctx, wanted, max_bytes)
+        reads = await _read_all(ctx, wanted, max_bytes, committed_only)
         size = sum(len(r.records) for r in reads.values())
         # An unreachable Kafka is waited out like an empty partition: answering at once
         # would have clients retry in a tight loop.
@@ -91,9 +95,10 @@ def _response(request: Request, reads: dict[TopicPartition, PartitionRead],
             failed = read.error_code is not ErrorCode.NONE
             # An erroring partition's answer carries no offsets, as Kafka's does.
             high_watermark = -1 if failed else read.high_watermark
+            stable = -1 if failed else read.last_stable_offset
             partitions.append(_PARTITION(
                 partition_index=part.partition, error_code=int(read.error_code),
-                high_watermark=high_watermark, last_stable_offset=high_watermark,
+                high_watermark=high_watermark, last_stable_offset=stable,
                 log_start_offset=-1 if failed else read.log_start_offset,
                 aborted_transactions=_aborted_transactions(read, read_committed, refused_whole),
                 preferred_read_replica=-1, records=read.records,
@@ -105,12 +110,15 @@ def _response(request: Request, reads: dict[TopicPartition, PartitionRead],
 
 def _aborted_transactions(read: PartitionRead, read_committed: bool, refused_whole: bool
                           ) -> list[object] | None:
-    """Kiln offers no transactions, so there is never an aborted one to list; whether the
-    list is empty or null is Kafka's: empty for a partition refused before its log is read
-    (and for a read_committed read), null for a read_uncommitted one or a failed read."""
+    """The aborted transactions among a read_committed read's records. Whether the list is
+    empty or null is Kafka's: empty for a partition refused before its log is read, null for
+    a read_uncommitted read or a failed one."""
     if refused_whole or read.error_code in _REFUSED_BEFORE_READING:
         return []
-    return [] if read_committed and read.error_code is ErrorCode.NONE else None
+    if not read_committed or read.error_code is not ErrorCode.NONE:
+        return None
+    return [_ABORTED(producer_id=a.producer_id, first_offset=a.first_offset)
+            for a in read.aborted]
 
 
 def error_response(request: Request, code: ErrorCode) -> Message:

@@ -1,6 +1,6 @@
-"""FindCoordinator: a group's coordinator is the Kiln node the group is placed on
-(storage/leadership.py), not available while that node is silent. Kiln offers no
-transactions, so a transaction coordinator is never available (clients retry, then give
+"""FindCoordinator: a group's or a transactional id's coordinator is the Kiln node it is
+placed on (storage/leadership.py), not available while that node is silent. With
+transactions off, a transaction coordinator is never available (clients retry, then give
 up)."""
 
 from __future__ import annotations
@@ -28,15 +28,20 @@ class _Found:
 def _locate(ctx: KilnContext, key_type: int, key: str) -> _Found:
     if key_type == GROUP:
         node = ctx.cluster.coordinator(key)
-        address = ctx.brokers().get(node)
-        if address is None or ctx.cluster.silent(node):
-            # Placed on a node that left since, or that stopped heartbeating (its groups
-            # move once it is declared dead): the client asks again.
-            return _Found(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        return _Found(ErrorCode.NONE, None, node, *address)
-    if key_type == TRANSACTION:
-        return _Found(ErrorCode.COORDINATOR_NOT_AVAILABLE, "Kiln does not offer transactions")
-    return _Found(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}")
+    elif key_type == TRANSACTION:
+        if ctx.transactions is None:
+            return _Found(ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are off")
+        if not key:
+            return _Found(ErrorCode.INVALID_REQUEST, "empty transactional id")
+        node = ctx.cluster.transaction_coordinator(key)
+    else:
+        return _Found(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}")
+    address = ctx.brokers().get(node)
+    if address is None or ctx.cluster.silent(node):
+        # Placed on a node that left since, or that stopped heartbeating (what it
+        # coordinates moves once it is declared dead): the client asks again.
+        return _Found(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    return _Found(ErrorCode.NONE, None, node, *address)
 
 
 async def handle(ctx: KilnContext, request: Request) -> Message:

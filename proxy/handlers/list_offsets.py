@@ -1,6 +1,7 @@
 """ListOffsets over both tiers, as Apache Kafka answers it without tiered storage.
 
-- LATEST (-1): the log queue's next offset.
+- LATEST (-1): the log queue's next offset; for a read_committed consumer (v2+), the last
+  stable offset (the first record of the oldest open transaction), as Kafka answers.
 - EARLIEST (-2), and EARLIEST_LOCAL (-4, v8+): the partition's log start, the first Kiln
   offset either tier holds (never below what DeleteRecords deleted). Kiln has no remote
   tier in Kafka's sense: its hardened topic is part of the one log clients read, so, as a
@@ -40,10 +41,11 @@ EARLIEST_PENDING_UPLOAD = -6
 _SINCE_VERSION = {LATEST: 0, EARLIEST: 0, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8,
                   LATEST_TIERED: 9, EARLIEST_PENDING_UPLOAD: 11}
 _NOT_FOUND = (-1, -1)
+_READ_COMMITTED = 1
 
 
 async def _offset(ctx: KilnContext, tp: TopicPartition, timestamp: int, version: int,
-                  current_leader_epoch: int) -> tuple[int, int]:
+                  current_leader_epoch: int, committed_only: bool) -> tuple[int, int]:
     """(offset, timestamp) for one partition; raises KafkaError."""
     await ctx.check_partition(tp)
     check_current_leader_epoch(current_leader_epoch)
@@ -53,7 +55,7 @@ async def _offset(ctx: KilnContext, tp: TopicPartition, timestamp: int, version:
     if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
         return _NOT_FOUND
     if timestamp == LATEST:
-        return await ctx.log.next_offset(tp), -1
+        return await ctx.log.next_offset(tp, committed_only=committed_only), -1
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return await ctx.log.log_start(tp), -1
     if timestamp == MAX_TIMESTAMP:
@@ -65,6 +67,8 @@ async def _offset(ctx: KilnContext, tp: TopicPartition, timestamp: int, version:
 
 async def handle(ctx: KilnContext, request: Request) -> Message:
     version = request.header.request_api_version
+    # v2+: read_committed consumers are told the last stable offset as the end.
+    committed_only = version >= 2 and request.body.isolation_level == _READ_COMMITTED
     topics = []
     for topic in request.body.topics:
         partitions = []
@@ -72,7 +76,8 @@ async def handle(ctx: KilnContext, request: Request) -> Message:
             tp = TopicPartition(topic.name, part.partition_index)
             current = part.current_leader_epoch if version >= 4 else -1
             try:
-                offset, timestamp = await _offset(ctx, tp, part.timestamp, version, current)
+                offset, timestamp = await _offset(ctx, tp, part.timestamp, version, current,
+                                                  committed_only)
                 code = ErrorCode.NONE
             except KafkaError as exc:
                 offset, timestamp, code = -1, -1, exc.error_code

@@ -45,23 +45,33 @@ _NOTHING_COMMITTED = CommittedOffset(-1, "", -1)
 async def commit(ctx: KilnContext, request: Request) -> Message:
     body = request.body
     version = request.header.request_api_version
-    codes: dict[TopicPartition, ErrorCode] = {}
-    wanted: dict[TopicPartition, CommittedOffset] = {}
     with coordinator_errors():
-        for topic in body.topics:
-            for part in topic.partitions:
-                tp = TopicPartition(topic.name, part.partition_index)
-                if not await ctx.topics.has_partition(tp):
-                    codes[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                    continue
-                epoch = part.committed_leader_epoch if version >= 6 else -1
-                wanted[tp] = CommittedOffset(part.committed_offset, part.committed_metadata,
-                                             epoch)
+        codes, wanted = await requested_offsets(ctx, body.topics, leader_epochs=version >= 6)
         if wanted:
             codes.update(await ctx.groups.commit_offsets(
                 body.group_id, body.generation_id_or_member_epoch, body.member_id,
                 body.group_instance_id if version >= 7 else None, wanted, version=version))
     return _commit_body(request, codes)
+
+
+async def requested_offsets(ctx: KilnContext, topics: Any, *, leader_epochs: bool,
+                            commit_timestamp_ms: int = -1
+                            ) -> tuple[dict[TopicPartition, ErrorCode],
+                                       dict[TopicPartition, CommittedOffset]]:
+    """The offsets a commit request names, of the partitions that exist; the others get
+    UNKNOWN_TOPIC_OR_PARTITION. Raises StorageError."""
+    codes: dict[TopicPartition, ErrorCode] = {}
+    wanted: dict[TopicPartition, CommittedOffset] = {}
+    for topic in topics:
+        for part in topic.partitions:
+            tp = TopicPartition(topic.name, part.partition_index)
+            if not await ctx.topics.has_partition(tp):
+                codes[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            wanted[tp] = CommittedOffset(
+                part.committed_offset, part.committed_metadata,
+                part.committed_leader_epoch if leader_epochs else -1, commit_timestamp_ms)
+    return codes, wanted
 
 
 def _commit_body(request: Request, codes: dict[TopicPartition, ErrorCode]) -> Message:
@@ -91,17 +101,21 @@ async def fetch(ctx: KilnContext, request: Request) -> Message:
     if version >= 8:  # several groups per request, each answered on its own
         answers = []
         for group in body.groups:
-            member = (group.member_id, group.member_epoch) if version >= 9 else (None, -1)
+            member_id, member_epoch = ((group.member_id, group.member_epoch) if version >= 9
+                                       else (None, -1))
             try:
                 with offset_fetch_errors():
                     answers.append(await _fetch_group(ctx, group.group_id, group.topics,
-                                                      *member))
+                                                      member_id, member_epoch,
+                                                      body.require_stable))
             except KafkaError as exc:
                 answers.append(_GroupOffsets(group.group_id, {}, {}, exc.error_code))
         return _fetch_groups_body(version, answers)
     with offset_fetch_errors():
-        answer = await _fetch_group(ctx, body.group_id, body.topics, None, -1)
-    return _fetch_body(request, answer.by_topic, answer.found, ErrorCode.NONE)
+        answer = await _fetch_group(ctx, body.group_id, body.topics, None, -1,
+                                    version >= 7 and body.require_stable)
+    return _fetch_body(request, answer.by_topic, answer.found, ErrorCode.NONE,
+                       answer.unstable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,16 +124,23 @@ class _GroupOffsets:
     by_topic: dict[str, list[int]]
     found: dict[TopicPartition, CommittedOffset]
     error_code: ErrorCode
+    # require_stable (v7+, KIP-447): partitions with offsets waiting for a transaction to
+    # end, answered UNSTABLE_OFFSET_COMMIT (retriable) instead of their offset.
+    unstable: frozenset[TopicPartition] = frozenset()
 
 
 async def _fetch_group(ctx: KilnContext, group_id: str, topics: Any,
-                       member_id: str | None, member_epoch: int) -> _GroupOffsets:
+                       member_id: str | None, member_epoch: int,
+                       require_stable: bool = False) -> _GroupOffsets:
     """One group's committed offsets: of `topics` (name and partition_indexes each), or of
     every partition the group has committed when None. A member of a consumer group
     (OffsetFetch v9+) must be one, at its epoch."""
     code = await ctx.groups.validate_fetch(group_id, member_id, member_epoch)
     if code is not ErrorCode.NONE:
         return _GroupOffsets(group_id, {}, {}, code)
+    unstable: frozenset[TopicPartition] = frozenset()
+    if require_stable and ctx.transactions is not None:
+        unstable = frozenset(await ctx.transactions.unstable_partitions(group_id))
     if topics is None:
         found = await ctx.groups.fetch_offsets(group_id, None)
         by_topic: dict[str, list[int]] = {}
@@ -129,25 +150,33 @@ async def _fetch_group(ctx: KilnContext, group_id: str, topics: Any,
         by_topic = {t.name: list(t.partition_indexes) for t in topics}
         tps = [TopicPartition(name, p) for name, parts in by_topic.items() for p in parts]
         found = await ctx.groups.fetch_offsets(group_id, tps)
-    return _GroupOffsets(group_id, by_topic, found, ErrorCode.NONE)
+    return _GroupOffsets(group_id, by_topic, found, ErrorCode.NONE, unstable)
 
 
-def _committed(by_topic: dict[str, list[int]], found: dict[TopicPartition, CommittedOffset]
-               ) -> Iterator[tuple[str, list[tuple[int, CommittedOffset]]]]:
+def _committed(by_topic: dict[str, list[int]], found: dict[TopicPartition, CommittedOffset],
+               unstable: frozenset[TopicPartition] = frozenset(), code: ErrorCode = ErrorCode.NONE
+               ) -> Iterator[tuple[str, list[tuple[int, CommittedOffset, ErrorCode]]]]:
     for name, partitions in by_topic.items():
-        yield name, [(p, found.get(TopicPartition(name, p), _NOTHING_COMMITTED))
-                     for p in partitions]
+        entries = []
+        for p in partitions:
+            tp = TopicPartition(name, p)
+            if tp in unstable:
+                entries.append((p, _NOTHING_COMMITTED, ErrorCode.UNSTABLE_OFFSET_COMMIT))
+            else:
+                entries.append((p, found.get(tp, _NOTHING_COMMITTED), code))
+        yield name, entries
 
 
 def _fetch_body(request: Request, by_topic: dict[str, list[int]],
-                found: dict[TopicPartition, CommittedOffset], code: ErrorCode) -> Message:
+                found: dict[TopicPartition, CommittedOffset], code: ErrorCode,
+                unstable: frozenset[TopicPartition] = frozenset()) -> Message:
     topics = [
         _FETCH_TOPIC(name=name, partitions=[
             _FETCH_PARTITION(partition_index=partition, committed_offset=committed.offset,
                              committed_leader_epoch=committed.leader_epoch,
-                             metadata=committed.metadata, error_code=int(code))
-            for partition, committed in entries])
-        for name, entries in _committed(by_topic, found)
+                             metadata=committed.metadata, error_code=int(partition_code))
+            for partition, committed, partition_code in entries])
+        for name, entries in _committed(by_topic, found, unstable, code)
     ]
     return _FETCH[request.header.request_api_version](throttle_time_ms=0, error_code=int(code),
                                                       topics=topics)
@@ -160,9 +189,11 @@ def _fetch_groups_body(version: int, answers: list[_GroupOffsets]) -> Message:
                 _FETCH_GROUP_PARTITION(partition_index=partition,
                                        committed_offset=committed.offset,
                                        committed_leader_epoch=committed.leader_epoch,
-                                       metadata=committed.metadata, error_code=0)
-                for partition, committed in entries])
-            for name, entries in _committed(answer.by_topic, answer.found)])
+                                       metadata=committed.metadata,
+                                       error_code=int(partition_code))
+                for partition, committed, partition_code in entries])
+            for name, entries in _committed(answer.by_topic, answer.found,
+                                            answer.unstable)])
         for answer in answers
     ]
     return _FETCH[version](throttle_time_ms=0, groups=groups)

@@ -18,6 +18,7 @@ from storage.model import Reliability, TopicPartition
 from storage.policy.reliability import AckPoint, ack_point, requested_level
 from wire.apis import CLIENT_APIS, ApiKey, Message, Request
 from wire.errors import ErrorCode, KafkaError
+from wire.txn_markers import batch_is_transactional as is_transactional_record_set
 from wire.validation import RecordLimits, ValidatedBatch, validate_produce_records
 
 log = logging.getLogger(__name__)
@@ -62,9 +63,9 @@ async def _plan(ctx: KilnContext, request: Request, outcomes: dict[TopicPartitio
                     raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "no records")
                 batch = validate_produce_records(part.records, now_ms=now, limits=limits,
                                                  api_version=version)
-                if batch.header.is_transactional:
+                if batch.header.is_transactional and ctx.transactions is None:
                     raise KafkaError(ErrorCode.INVALID_REQUEST,
-                                     "Kiln does not offer transactions")
+                                     "transactions are off in this Kiln")
                 asked = _header_level(batch)
             except KafkaError as exc:
                 outcomes[TopicPartition(topic.name, part.index)] = _fail(exc)
@@ -100,9 +101,18 @@ async def _plan(ctx: KilnContext, request: Request, outcomes: dict[TopicPartitio
             outcomes[tp] = _Outcome()
             appends.append(AppendRequest(tp, level, [AppendBatch(
                 data, header.record_count, header.producer_id, header.producer_epoch,
-                header.base_sequence, carries_kiln_header=batch.carries_kiln_header)]))
-            points.append(ack_point(level))
+                header.base_sequence, carries_kiln_header=batch.carries_kiln_header,
+                transactional=header.is_transactional)]))
+            # A transaction's records can be neither hardened nor delivered before it
+            # commits, and its producer commits only once every produce is answered: they
+            # are answered on append whatever the level (the commit answers for them).
+            points.append(AckPoint.ON_APPEND if header.is_transactional else ack_point(level))
     return appends, points
+
+
+def _carries_transactional_batches(body: Any) -> bool:
+    return any(part.records is not None and is_transactional_record_set(part.records)
+               for topic in body.topic_data for part in topic.partition_data)
 
 
 def _header_level(batch: ValidatedBatch) -> Reliability | None:
@@ -120,8 +130,12 @@ async def handle(ctx: KilnContext, request: Request) -> Message | Deferred | Non
     body = request.body
     if body.acks not in (0, 1, -1):
         raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={body.acks}")
-    if body.transactional_id is not None:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, "Kiln does not offer transactions")
+    if body.transactional_id is not None and ctx.transactions is None:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "transactions are off in this Kiln")
+    if body.transactional_id is None and _carries_transactional_batches(body):
+        # As Kafka's broker: transactional records come with their transactional id.
+        raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                         "transactional records without a transactional id")
     outcomes: dict[TopicPartition, _Outcome] = {}
     appends, points = await _plan(ctx, request, outcomes)
     sender = (request.header.client_id, CLIENT_HOST.get())

@@ -353,21 +353,10 @@ class GroupCoordinator:
         """Validate the committer as Kafka does, then store what passed (before answering)
         and tell the offsets listener."""
         async with self._coordinating(group_id):
-            # A group unknown to Kafka is created by a commit that does not use group
-            # management (generation < 0); otherwise it is a commit from an old generation.
-            loaded = await self._get(group_id, create=generation_id < 0)
+            loaded, refused = await self._validate_commit(
+                group_id, generation_id, member_id, group_instance_id, list(offsets), version)
             if loaded is None:
-                return {tp: ErrorCode.ILLEGAL_GENERATION for tp in offsets}
-            if isinstance(loaded.group, ConsumerGroup):
-                # The generation field carries the member epoch (OffsetCommit v9+), checked
-                # per partition (KIP-1251).
-                refused = loaded.group.validate_commit(member_id, generation_id, version,
-                                                       list(offsets))
-            else:
-                error = loaded.group.validate_commit(self._clock_ms(), generation_id,
-                                                     member_id, group_instance_id)
-                refused = {} if error is ErrorCode.NONE else {tp: error for tp in offsets}
-            self._arm(loaded)
+                return refused
             codes: dict[TopicPartition, ErrorCode] = dict(refused)
             if len(codes) == len(offsets):
                 return codes
@@ -397,6 +386,37 @@ class GroupCoordinator:
                     by_member=not is_standalone_commit(generation_id, member_id,
                                                        group_instance_id))
             return codes
+
+    async def validate_transactional_commit(
+            self, group_id: str, generation_id: int, member_id: str,
+            group_instance_id: str | None, tps: Sequence[TopicPartition], version: int
+            ) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: the partitions whose commit the group refuses, checked as an
+        OffsetCommit's (the offsets themselves wait for the transaction's end)."""
+        async with self._coordinating(group_id):
+            return (await self._validate_commit(group_id, generation_id, member_id,
+                                                group_instance_id, tps, version))[1]
+
+    async def _validate_commit(self, group_id: str, generation_id: int, member_id: str,
+                               group_instance_id: str | None, tps: Sequence[TopicPartition],
+                               version: int) -> tuple[_Loaded | None,
+                                                      dict[TopicPartition, ErrorCode]]:
+        # A group unknown to Kafka is created by a commit that does not use group
+        # management (generation < 0); otherwise it is a commit from an old generation.
+        loaded = await self._get(group_id, create=generation_id < 0)
+        if loaded is None:
+            return None, {tp: ErrorCode.ILLEGAL_GENERATION for tp in tps}
+        if isinstance(loaded.group, ConsumerGroup):
+            # The generation field carries the member epoch (OffsetCommit v9+), checked per
+            # partition (KIP-1251).
+            refused = loaded.group.validate_commit(member_id, generation_id, version,
+                                                   list(tps))
+        else:
+            error = loaded.group.validate_commit(self._clock_ms(), generation_id, member_id,
+                                                 group_instance_id)
+            refused = {} if error is ErrorCode.NONE else {tp: error for tp in tps}
+        self._arm(loaded)
+        return loaded, refused
 
     async def fetch_offsets(self, group_id: str, tps: Sequence[TopicPartition] | None
                             ) -> dict[TopicPartition, CommittedOffset]:

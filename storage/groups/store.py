@@ -91,12 +91,12 @@ def group_key(group_id: str, kind: str) -> str:
     return f"kiln:group:{{{quote(group_id, safe='') or '%'}}}:{kind}"
 
 
-def _field(tp: TopicPartition) -> str:
+def offset_field(tp: TopicPartition) -> str:
     # Topic names Kiln accepts cannot contain ':' (validate_topic_name).
     return f"{tp.topic}:{tp.partition}"
 
 
-def _partition(field: bytes | str) -> TopicPartition:
+def offset_partition(field: bytes | str) -> TopicPartition:
     text = field.decode() if isinstance(field, bytes) else field
     topic, _, partition = text.rpartition(":")
     return TopicPartition(topic, int(partition))
@@ -158,7 +158,7 @@ class GroupStore:
             return
         args: list[EncodableT] = [revision]
         for tp, committed in offsets.items():
-            args += [_field(tp), offset_to_json(committed)]
+            args += [offset_field(tp), offset_to_json(committed)]
         try:
             await self._redis.sadd(GROUPS_KEY, group_id)
             stored = await self._save_offsets(
@@ -175,10 +175,10 @@ class GroupStore:
         try:
             if tps is None:
                 found = await self._redis.hgetall(key)
-                return {_partition(f): offset_from_json(v) for f, v in found.items()}
+                return {offset_partition(f): offset_from_json(v) for f, v in found.items()}
             if not tps:
                 return {}
-            values = await self._redis.hmget(key, [_field(tp) for tp in tps])
+            values = await self._redis.hmget(key, [offset_field(tp) for tp in tps])
         except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         return {tp: offset_from_json(v) for tp, v in zip(tps, values, strict=True)
@@ -188,7 +188,7 @@ class GroupStore:
         """Remove every group's committed offsets of these partitions (their topic was
         deleted, and Kafka's group coordinator forgets such offsets too); how many there
         were."""
-        fields = [_field(tp) for tp in tps]
+        fields = [offset_field(tp) for tp in tps]
         if not fields:
             return 0
         try:
@@ -229,7 +229,7 @@ class GroupStore:
         try:
             deleted = int(await self._delete_offsets(
                 keys=[group_key(group_id, "offsets"), group_key(group_id, "rev")],
-                args=[revision, *(_field(tp) for tp in tps)]))
+                args=[revision, *(offset_field(tp) for tp in tps)]))
         except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         if deleted < 0:

@@ -85,10 +85,18 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
     ProduceRequest,
     ProduceResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 )
 from kafka.record.memory_records import MemoryRecords
 
@@ -406,6 +414,14 @@ class Case:
         self.produce(topic, [b"a", b"b", b"c"], first_offset=0)
         self.harden(topic)
         return topic
+
+    def init_transactional(self, transactional_id: str) -> tuple[int, int]:
+        """A producer id and epoch for `transactional_id`."""
+        answer = self.call(InitProducerIdRequest(
+            transactional_id=transactional_id, transaction_timeout_ms=60_000,
+            producer_id=-1, producer_epoch=-1), 4, InitProducerIdResponse)
+        self.expect(f"InitProducerId for {transactional_id}", answer.error_code, answer)
+        return int(answer.producer_id), int(answer.producer_epoch)
 
     def node_id(self) -> int:
         """The node id this side gives its (only) broker."""
@@ -848,6 +864,70 @@ def build_init_producer_id(c: Case, v: int) -> Steps:
                                 producer_id=-1, producer_epoch=-1)
 
 
+def build_add_partitions_to_txn(c: Case, v: int) -> Steps:
+    topic = c.create_topic("t", partitions=2)
+    tid = c.name("x")
+    pid, epoch = c.init_transactional(tid)
+    yield add_partitions_to_txn(tid, pid, epoch, {topic: [0, 1]})
+    yield add_partitions_to_txn(tid, pid, epoch, {topic: [0]})  # already in it
+    yield add_partitions_to_txn(tid, pid, epoch, {topic: [1], c.name("u"): [0]})
+    yield add_partitions_to_txn(tid, pid, epoch + 1, {topic: [0]})  # not the epoch
+    yield add_partitions_to_txn(tid, pid + 1, epoch, {topic: [0]})  # not the producer
+
+
+def build_add_offsets_to_txn(c: Case, v: int) -> Steps:
+    tid = c.name("x")
+    pid, epoch = c.init_transactional(tid)
+    yield AddOffsetsToTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                                 group_id=c.name("g"))
+    yield AddOffsetsToTxnRequest(transactional_id=tid, producer_id=pid,
+                                 producer_epoch=epoch + 1, group_id=c.name("g"))
+
+
+def build_end_txn(c: Case, v: int) -> Steps:
+    topic = c.create_topic("t")
+    tid = c.name("x")
+    pid, epoch = c.init_transactional(tid)
+    yield EndTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                        committed=True)  # no transaction open
+    answer = c.call(add_partitions_to_txn(tid, pid, epoch, {topic: [0]}), 3,
+                    AddPartitionsToTxnResponse)
+    c.expect("adding a partition", answer.results_by_topic_v3_and_below[0]
+             .results_by_partition[0].partition_error_code, answer)
+    yield EndTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=epoch + 1,
+                        committed=True)  # not the epoch
+    yield EndTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                        committed=False)
+
+
+def build_txn_offset_commit(c: Case, v: int) -> Steps:
+    topic = c.create_topic("t")
+    tid, group = c.name("x"), c.name("g")
+    pid, epoch = c.init_transactional(tid)
+    committed = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+    partition = committed.TxnOffsetCommitRequestPartition
+    offsets = [committed(name=topic, partitions=[partition(
+        partition_index=0, committed_offset=5, committed_leader_epoch=-1,
+        committed_metadata="m")])]
+    answer = c.call(AddOffsetsToTxnRequest(transactional_id=tid, producer_id=pid,
+                                           producer_epoch=epoch, group_id=group), 3,
+                    AddOffsetsToTxnResponse)
+    c.expect("adding offsets", answer.error_code, answer)
+    yield TxnOffsetCommitRequest(transactional_id=tid, group_id=group, producer_id=pid,
+                                 producer_epoch=epoch, generation_id=-1, member_id="",
+                                 group_instance_id=None, topics=offsets)
+
+
+def add_partitions_to_txn(transactional_id: str, producer_id: int, epoch: int,
+                          partitions: dict[str, list[int]]) -> Any:
+    topic = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic
+    return AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=transactional_id, v3_and_below_producer_id=producer_id,
+        v3_and_below_producer_epoch=epoch,
+        v3_and_below_topics=[topic(name=name, partitions=parts)
+                             for name, parts in partitions.items()])
+
+
 def build_offset_for_leader_epoch(c: Case, v: int) -> Steps:
     topic = c.create_topic("t")
     c.two_tiers(topic)
@@ -969,6 +1049,10 @@ BUILDERS: dict[int, Api] = {
     22: Api("InitProducerId", InitProducerIdResponse, build_init_producer_id),
     23: Api("OffsetForLeaderEpoch", OffsetForLeaderEpochResponse,
             build_offset_for_leader_epoch),
+    24: Api("AddPartitionsToTxn", AddPartitionsToTxnResponse, build_add_partitions_to_txn),
+    25: Api("AddOffsetsToTxn", AddOffsetsToTxnResponse, build_add_offsets_to_txn),
+    26: Api("EndTxn", EndTxnResponse, build_end_txn),
+    28: Api("TxnOffsetCommit", TxnOffsetCommitResponse, build_txn_offset_commit),
     32: Api("DescribeConfigs", DescribeConfigsResponse, build_describe_configs),
     33: Api("AlterConfigs", AlterConfigsResponse, build_alter_configs),
     37: Api("CreatePartitions", CreatePartitionsResponse, build_create_partitions),

@@ -64,8 +64,6 @@ _PRODUCE_OLD = Known(
     "Produce v0-2 with a magic-2 batch: Kiln closes the connection, exactly as Kafka 4.4 does "
     "(both advertise Produce v0 for librdkafka, KAFKA-18659, and serve v3+ only)")
 
-_TRANSACTIONS = ("Kiln refuses transactions, a goal not reached yet (docs/non-goals.md): "
-                 "{what}")
 _UNKNOWN_TOPIC = Known(
     ("responses.partition_responses.error_code", "responses.partition_responses.base_offset"),
     "Produce to a topic that does not exist: Kiln creates it and appends (error 0, base offset "
@@ -75,19 +73,6 @@ _UNKNOWN_TOPIC = Known(
 # Case id ("Fetch-v4", "CreateTopics-name-v7") -> Kiln's known difference.
 KNOWN: dict[str, Known] = {
     **{f"Produce-{v}": _PRODUCE_OLD for v in ("v0", "v1", "v2")},
-    **{f"InitProducerId-transactional-v{v}": Known(
-        ("error_code", "producer_id"),
-        _TRANSACTIONS.format(what="InitProducerId with a transactional id gets INVALID_REQUEST "
-                                  "(42), Kafka gives a producer id (error 0)"))
-       for v in (0, 5)},
-    "FindCoordinator-transaction-v1": Known(
-        ("error_code", "node_id"),
-        _TRANSACTIONS.format(what="FindCoordinator key_type=1 gets COORDINATOR_NOT_AVAILABLE "
-                                  "(15, node -1), Kafka names its coordinator (error 0)")),
-    "FindCoordinator-transaction-v4": Known(
-        ("coordinators.error_code", "coordinators.node_id"),
-        _TRANSACTIONS.format(what="FindCoordinator key_type=1 gets COORDINATOR_NOT_AVAILABLE "
-                                  "(15, node -1), Kafka names its coordinator (error 0)")),
     "Produce-unknown-topic-v3": _UNKNOWN_TOPIC,
     "Produce-unknown-topic-v11": Known(
         (*_UNKNOWN_TOPIC.fields, "responses.partition_responses.log_start_offset"),
@@ -152,7 +137,7 @@ class Sides:
 def conformance_kiln(redis_url: str, kafka_bootstrap: str) -> Iterator[RunningKiln]:
     """One Kiln (empty Redis at its start) for the module, hardening only on demand."""
     with fresh_kiln(redis_url, kafka_bootstrap, harden_delay_ms=HARDEN_DELAY_MS,
-                    **GROUP_SETTINGS) as running:
+                    transactions_enabled=True, **GROUP_SETTINGS) as running:
         yield running
 
 

@@ -1,0 +1,334 @@
+"""The transaction coordinator: Kafka's transaction APIs over state kept in Redis.
+
+Each transactional id is placed on one Kiln node (storage/leadership.py), which answers its
+requests one at a time (a lock per id) and keeps nothing in memory that matters after a
+crash: every request loads the id's state, decides with the I/O-free state machine
+(storage/transactions/state.py) and writes the result over the revision it read. Ending a
+transaction is two-phase, as in Kafka: the decision (PrepareCommit/PrepareAbort) is written
+first; then a marker goes to every partition in the transaction, and to every consumer group
+whose offsets it carries (on commit they become the group's committed offsets, reported to
+delivery; on abort they are dropped); then the state becomes CompleteCommit/CompleteAbort.
+Whoever coordinates the id next finishes a decision found half done before anything else
+(the next request for the id, or the scan below), so a crash between the phases leaves no
+transaction undecided in any partition or group.
+
+Unlike Kafka, EndTxn is answered once the markers are written, not once the decision is:
+the client's next transaction then never meets the last one's markers still being written
+(CONCURRENT_TRANSACTIONS and a backoff). A scan on every node aborts, as Kafka does, the
+transactions it coordinates that stayed open past their timeout, fencing their producer's
+epoch, and finishes decisions left half done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from storage.clock import wall_clock_ms
+from storage.errors import StorageError
+from storage.groups.locks import KeyedLocks
+from storage.groups.model import CommittedOffset
+from storage.model import TopicPartition
+from storage.tasks import stop_task
+from storage.transactions import state as machine
+from storage.transactions.participants import TransactionParticipants
+from storage.transactions.state import Step, TxnState, TxnStatus
+from storage.transactions.store import StoredTxn, TxnConflict, TxnStore
+from wire.errors import ErrorCode
+from wire.txn_markers import build_marker
+
+log = logging.getLogger(__name__)
+
+_DECIDED = frozenset({TxnStatus.PREPARE_COMMIT, TxnStatus.PREPARE_ABORT})
+
+
+class PartitionStarter(Protocol):
+    """Starts a partition Redis does not know (storage.appender.PartitionStarts)."""
+
+    async def start(self, tp: TopicPartition) -> bool: ...
+
+
+class ProducerIdSource(Protocol):
+    async def allocate(self) -> tuple[int, int]: ...
+
+
+class OffsetsListener(Protocol):
+    """Told of offsets a group committed (storage.delivery.Delivery)."""
+
+    async def committed(self, group: str, offsets: Mapping[TopicPartition, int], *,
+                        by_member: bool) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorSettings:
+    # How often each node looks for transactions to time out or finish.
+    scan_interval_ms: int = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdAnswer:
+    error_code: ErrorCode
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+class TransactionCoordinator:
+    def __init__(self, store: TxnStore, participants: TransactionParticipants,
+                 starts: PartitionStarter, producer_ids: ProducerIdSource,
+                 coordinates: Callable[[str], bool],
+                 offsets_listener: OffsetsListener | None = None,
+                 settings: CoordinatorSettings = CoordinatorSettings(),
+                 clock_ms: Callable[[], int] = wall_clock_ms) -> None:
+        self._store = store
+        self._participants = participants
+        self._starts = starts
+        self._producer_ids = producer_ids
+        self._coordinates = coordinates
+        self._offsets_listener = offsets_listener
+        self._settings = settings
+        self._clock_ms = clock_ms
+        self._locks = KeyedLocks()
+        self._scanner: asyncio.Task[None] | None = None
+
+    # -- requests ------------------------------------------------------------------------------
+
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int,
+                               producer_id: int, producer_epoch: int) -> ProducerIdAnswer:
+        def decide(current: TxnState | None, fresh: int | None) -> Step:
+            return machine.init_producer_id(
+                current, transactional_id=transactional_id, timeout_ms=timeout_ms,
+                expected_producer_id=producer_id, expected_epoch=producer_epoch,
+                now=self._clock_ms(), fresh_producer_id=fresh)
+
+        step = await self._handle(transactional_id, decide)
+        if step.error is not ErrorCode.NONE:
+            return ProducerIdAnswer(step.error)
+        return ProducerIdAnswer(ErrorCode.NONE, step.producer_id, step.producer_epoch)
+
+    async def add_partitions(self, transactional_id: str, producer_id: int,
+                             producer_epoch: int, tps: Sequence[TopicPartition]
+                             ) -> ErrorCode:
+        """Add `tps` to the producer's transaction and register it at each (one code for
+        them all: Kafka's coordinator answers the request as a whole)."""
+        def decide(current: TxnState | None, _fresh: int | None) -> Step:
+            return machine.add_partitions(
+                current, producer_id=producer_id, producer_epoch=producer_epoch,
+                partitions=[(tp.topic, tp.partition) for tp in tps], now=self._clock_ms())
+
+        async def register(state: TxnState) -> ErrorCode:
+            codes = await asyncio.gather(*(self._register(tp, state) for tp in tps))
+            return next((c for c in codes if c is not ErrorCode.NONE), ErrorCode.NONE)
+
+        return (await self._handle(transactional_id, decide, then=register)).error
+
+    async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          group_id: str) -> ErrorCode:
+        """AddOffsetsToTxn: the group joins the transaction, and its offsets committed in it
+        (TxnOffsetCommit) become its own only if the transaction commits."""
+        def decide(current: TxnState | None, _fresh: int | None) -> Step:
+            return machine.add_group(current, producer_id=producer_id,
+                                     producer_epoch=producer_epoch, group_id=group_id,
+                                     now=self._clock_ms())
+
+        async def register(state: TxnState) -> ErrorCode:
+            return await self._participants.register_group(
+                group_id, state.producer_id, state.producer_epoch, state.number,
+                state.transactional_id)
+
+        return (await self._handle(transactional_id, decide, then=register)).error
+
+    async def stage_offsets(self, group_id: str, producer_id: int, producer_epoch: int,
+                            offsets: Mapping[TopicPartition, CommittedOffset]) -> ErrorCode:
+        """TxnOffsetCommit, on the group's coordinator (the caller checked the member):
+        kept with the producer's open transaction until it ends."""
+        try:
+            return await self._participants.stage_offsets(group_id, producer_id,
+                                                          producer_epoch, offsets)
+        except StorageError as exc:
+            log.warning("group %r: cannot stage transactional offsets: %s", group_id, exc)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+    async def unstable_partitions(self, group_id: str) -> set[TopicPartition]:
+        """Partitions of the group with offsets staged in an open transaction."""
+        return await self._participants.staged_partitions(group_id)
+
+    async def end_transaction(self, transactional_id: str, producer_id: int,
+                              producer_epoch: int, commit: bool) -> ErrorCode:
+        def decide(current: TxnState | None, _fresh: int | None) -> Step:
+            return machine.end_transaction(current, producer_id=producer_id,
+                                           producer_epoch=producer_epoch, commit=commit,
+                                           now=self._clock_ms())
+
+        return (await self._handle(transactional_id, decide)).error
+
+    async def describe(self, transactional_id: str) -> TxnState | None:
+        return (await self._store.load(transactional_id)).state
+
+    # -- the one path every request takes ------------------------------------------------------
+
+    async def _handle(self, transactional_id: str,
+                      decide: Callable[[TxnState | None, int | None], Step],
+                      then: Callable[[TxnState], Awaitable[ErrorCode]] | None = None
+                      ) -> Step:
+        if not self._coordinates(transactional_id):
+            return Step(ErrorCode.NOT_COORDINATOR, None)
+        async with self._locks.hold(transactional_id):
+            try:
+                stored = await self._finish_decided(await self._store.load(transactional_id))
+            except StorageError as exc:
+                log.warning("transactional id %r: %s", transactional_id, exc)
+                return Step(ErrorCode.COORDINATOR_NOT_AVAILABLE, None)
+            except _Unfinished:
+                return Step(ErrorCode.CONCURRENT_TRANSACTIONS, None)
+            step = decide(stored.state, None)
+            try:
+                if step.needs_producer_id:
+                    producer_id, _ = await self._producer_ids.allocate()
+                    step = decide(stored.state, producer_id)
+                revision = stored.revision
+                if step.state is not None:
+                    revision = await self._save(step.state, stored.revision)
+            except StorageError as exc:
+                log.warning("transactional id %r: %s", transactional_id, exc)
+                return Step(ErrorCode.COORDINATOR_NOT_AVAILABLE, None)
+            except TxnConflict:
+                return Step(ErrorCode.NOT_COORDINATOR, None)
+            target = step.state or stored.state
+            try:
+                if step.complete and step.state is not None:
+                    await self._complete(step.state, revision)
+                elif then is not None and step.error is ErrorCode.NONE and target is not None:
+                    # Registered again even when nothing changed: a retry after a failed
+                    # registration must not leave a partition refusing the records.
+                    code = await then(target)
+                    if code is not ErrorCode.NONE:
+                        return Step(code, None)
+            except (StorageError, TxnConflict, _Unfinished) as exc:
+                # Decided and saved: the scan (or the client's retry) finishes it.
+                log.warning("transactional id %r: %s; finished later", transactional_id, exc)
+                return Step(ErrorCode.CONCURRENT_TRANSACTIONS, None)
+            return step
+
+    async def _save(self, state: TxnState, revision: int) -> int:
+        if state.status in _DECIDED:
+            due: int | None = self._clock_ms()
+        else:
+            due = machine.deadline_ms(state)
+        return await self._store.save(state, revision, due)
+
+    async def _finish_decided(self, stored: StoredTxn) -> StoredTxn:
+        """A decision found half done is finished before anything else."""
+        if stored.state is None or stored.state.status not in _DECIDED:
+            return stored
+        await self._complete(stored.state, stored.revision)
+        return await self._store.load(stored.state.transactional_id)
+
+    async def _complete(self, decided: TxnState, revision: int) -> None:
+        """Write the decision's marker to every partition in the transaction, then record
+        it complete. Raises StorageError or _Unfinished, leaving it decided."""
+        commit = decided.status is TxnStatus.PREPARE_COMMIT
+        now = self._clock_ms()
+        marker = build_marker(decided.producer_id, decided.producer_epoch, commit=commit,
+                              timestamp_ms=now)
+        await asyncio.gather(*(self._mark(TopicPartition(topic, partition), decided, commit,
+                                          marker, now)
+                               for topic, partition in sorted(decided.partitions)))
+        for group_id in sorted(decided.groups):
+            committed = await self._participants.end_at_group(
+                group_id, decided.producer_id, decided.producer_epoch, decided.number,
+                commit=commit)
+            if committed and self._offsets_listener is not None:
+                # After the group's commit, as for any commit: delivery may lag a stored
+                # commit (a crash here is redone by whoever finishes the decision, since
+                # the state is still Prepare*), never lead it.
+                await self._offsets_listener.committed(
+                    group_id, {tp: c.offset for tp, c in committed.items()}, by_member=True)
+        try:
+            await self._store.save(machine.completed(decided, now=self._clock_ms()),
+                                   revision, None)
+        except TxnConflict as exc:
+            raise _Unfinished(f"{decided.transactional_id}: changed while completing") from exc
+        log.debug("transactional id %r: transaction %d %s in %d partitions",
+                  decided.transactional_id, decided.number,
+                  "committed" if commit else "aborted", len(decided.partitions))
+
+    async def _mark(self, tp: TopicPartition, decided: TxnState, commit: bool, marker: bytes,
+                    now: int) -> None:
+        for _ in range(2):
+            written = await self._participants.write_marker(
+                tp, decided.producer_id, decided.producer_epoch, decided.number,
+                commit=commit, marker=marker, now_ms=now)
+            if not written.needs_start:
+                return
+            await self._starts.start(tp)
+        raise _Unfinished(f"{tp.topic}/{tp.partition} keeps being lost by Redis")
+
+    async def _register(self, tp: TopicPartition, state: TxnState) -> ErrorCode:
+        for _ in range(2):
+            code = await self._participants.register(
+                tp, state.producer_id, state.producer_epoch, state.number,
+                state.transactional_id)
+            if code is not None:
+                return code
+            await self._starts.start(tp)
+        return ErrorCode.CONCURRENT_TRANSACTIONS
+
+    # -- timeouts and unfinished decisions -----------------------------------------------------
+
+    def start(self) -> None:
+        self._scanner = asyncio.create_task(self._scan_forever(), name="kiln-txn-scan")
+
+    async def stop(self) -> None:
+        if self._scanner is not None:
+            await stop_task(self._scanner)
+            self._scanner = None
+
+    async def _scan_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._settings.scan_interval_ms / 1000)
+            try:
+                await self.scan()
+            except StorageError as exc:
+                log.debug("transaction scan: %s", exc)
+
+    async def scan(self) -> int:
+        """Abort the transactions coordinated here that stayed open past their timeout and
+        finish decisions left half done; returns how many ids were acted on."""
+        acted = 0
+        for transactional_id in await self._store.due(self._clock_ms()):
+            if not self._coordinates(transactional_id):
+                continue
+            async with self._locks.hold(transactional_id):
+                try:
+                    acted += await self._act_on(transactional_id)
+                except (StorageError, TxnConflict, _Unfinished) as exc:
+                    log.warning("transactional id %r: %s; tried again later",
+                                transactional_id, exc)
+        return acted
+
+    async def _act_on(self, transactional_id: str) -> int:
+        stored = await self._store.load(transactional_id)
+        current = stored.state
+        if current is None:
+            return 0
+        if current.status in _DECIDED:
+            await self._complete(current, stored.revision)
+            return 1
+        step = machine.fence_expired(current, now=self._clock_ms())
+        if step.state is None:
+            if machine.deadline_ms(current) is None:
+                await self._store.save(current, stored.revision, None)  # a stale index entry
+            return 0
+        log.info("transactional id %r: transaction %d open past its timeout of %d ms; "
+                 "aborted, producer epoch fenced", transactional_id, current.number,
+                 current.timeout_ms)
+        revision = await self._save(step.state, stored.revision)
+        await self._complete(step.state, revision)
+        return 1
+
+
+class _Unfinished(Exception):
+    """A decided transaction's markers could not all be written yet."""
