@@ -22,6 +22,7 @@ from cli.settings import Settings, dev_state_file
 from cli.status import status
 from cli.subscriptions import subscriptions
 from cli.topics import topics
+from cli.transactions import transactions
 from cli.workers import command_flags, default_workers, supervise, worker_commands
 from storage.errors import StorageError
 
@@ -86,6 +87,7 @@ main.add_command(delay)
 main.add_command(flush)
 main.add_command(drain)
 main.add_command(inspect)
+main.add_command(transactions)
 
 
 @main.command()

@@ -33,6 +33,7 @@ from storage.tiered_log import PartitionRead
 from storage.topic_configs import TopicConfigs
 from storage.topics import TopicConfig
 from storage.transactions.coordinator import ProducerIdAnswer
+from storage.transactions.state import TxnState
 from wire.errors import ErrorCode, KafkaError
 
 
@@ -197,6 +198,11 @@ class Transactions(Protocol):
 
     async def unstable_partitions(self, group_id: str) -> set[TopicPartition]:
         """The group's partitions with offsets waiting for a transaction to end."""
+
+    async def describe(self, transactional_id: str) -> tuple[ErrorCode, TxnState | None]: ...
+
+    async def coordinated(self) -> list[TxnState]:
+        """The ids this node coordinates, with their states."""
 
 
 @dataclass

@@ -29,6 +29,7 @@ from proxy.handlers import (
     offset_for_leader_epoch,
     offsets,
     produce,
+    transaction_admin,
     transactions,
 )
 from proxy.reply import Deferred
@@ -79,6 +80,9 @@ HANDLERS: dict[int, tuple[Handler, ErrorBuilder | None]] = {
     ApiKey.ADD_OFFSETS_TO_TXN: (transactions.add_offsets, transactions.add_offsets_error),
     ApiKey.TXN_OFFSET_COMMIT: (transactions.txn_offset_commit,
                                transactions.txn_offset_commit_error),
+    ApiKey.DESCRIBE_TRANSACTIONS: (transaction_admin.describe, transaction_admin.describe_error),
+    ApiKey.LIST_TRANSACTIONS: (transaction_admin.list_transactions,
+                               transaction_admin.list_error),
 }
 
 

@@ -61,6 +61,8 @@ class ApiKey(enum.IntEnum):
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
 
@@ -168,6 +170,11 @@ CLIENT_APIS: dict[int, ApiSpec] = {
         # v5 belongs to transactions V2.
         _spec(ApiKey.TXN_OFFSET_COMMIT, 0, 4, producer.TxnOffsetCommitRequest,
               producer.TxnOffsetCommitResponse),
+        # KIP-664; ListTransactions v2 (KIP-1152) filters by a Java regular expression.
+        _spec(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0, admin.DescribeTransactionsRequest,
+              admin.DescribeTransactionsResponse),
+        _spec(ApiKey.LIST_TRANSACTIONS, 0, 1, admin.ListTransactionsRequest,
+              admin.ListTransactionsResponse),
         # KIP-848; kafka-python has no schemas for these (wire/consumer_groups).
         _spec(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1,
               consumer_groups.ConsumerGroupHeartbeatRequest,

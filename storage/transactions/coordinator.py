@@ -164,8 +164,26 @@ class TransactionCoordinator:
 
         return (await self._handle(transactional_id, decide)).error
 
-    async def describe(self, transactional_id: str) -> TxnState | None:
-        return (await self._store.load(transactional_id)).state
+    # -- operators (DescribeTransactions, ListTransactions) --------------------------------
+
+    async def describe(self, transactional_id: str) -> tuple[ErrorCode, TxnState | None]:
+        """The id's state, as its coordinator tells it: NOT_COORDINATOR on another node,
+        TRANSACTIONAL_ID_NOT_FOUND for an id without one."""
+        if not self._coordinates(transactional_id):
+            return ErrorCode.NOT_COORDINATOR, None
+        try:
+            state = (await self._store.load(transactional_id)).state
+        except StorageError:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, None
+        if state is None or state.status is TxnStatus.DEAD:
+            return ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, None
+        return ErrorCode.NONE, state
+
+    async def coordinated(self) -> list[TxnState]:
+        """Every transactional id this node coordinates, with its state (as a Kafka broker
+        lists the ids of its coordinator's partitions). Raises StorageError."""
+        ids = [tid for tid in await self._store.transactional_ids() if self._coordinates(tid)]
+        return [s for s in await self._store.load_many(ids) if s.status is not TxnStatus.DEAD]
 
     # -- the one path every request takes ------------------------------------------------------
 

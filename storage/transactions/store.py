@@ -67,6 +67,19 @@ class TxnStore:
             raise BufferUnavailable(str(exc)) from exc
         return StoredTxn(None if raw is None else TxnState.from_json(raw), int(revision or 0))
 
+    async def load_many(self, transactional_ids: list[str]) -> list[TxnState]:
+        """The states of those ids that have one, in one round trip."""
+        if not transactional_ids:
+            return []
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for tid in transactional_ids:
+                    pipe.get(txn_key(tid, "state"))
+                raws = await pipe.execute()
+        except REDIS_FAILURES as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        return [TxnState.from_json(raw) for raw in raws if raw is not None]
+
     async def save(self, state: TxnState, revision: int, due_ms: int | None) -> int:
         """Write `state` over `revision`; returns the new revision. Raises TxnConflict when
         the state changed since. `due_ms`: when the coordinator must act on the id by itself

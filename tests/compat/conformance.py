@@ -48,10 +48,14 @@ from kafka.protocol.admin import (
     DescribeConfigsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
 )
 from kafka.protocol.api_header import RequestHeader
 from kafka.protocol.consumer import (
@@ -918,6 +922,30 @@ def build_txn_offset_commit(c: Case, v: int) -> Steps:
                                  group_instance_id=None, topics=offsets)
 
 
+def build_describe_transactions(c: Case, v: int) -> Steps:
+    topic = c.create_topic("t")
+    idle, busy = c.name("i"), c.name("b")
+    c.init_transactional(idle)
+    pid, epoch = c.init_transactional(busy)
+    answer = c.call(add_partitions_to_txn(busy, pid, epoch, {topic: [0]}), 3,
+                    AddPartitionsToTxnResponse)
+    c.expect("adding a partition", answer.results_by_topic_v3_and_below[0]
+             .results_by_partition[0].partition_error_code, answer)
+    yield DescribeTransactionsRequest(transactional_ids=[idle, busy, c.name("u")])
+
+
+def build_list_transactions(c: Case, v: int) -> Steps:
+    tid = c.name("x")
+    pid, _ = c.init_transactional(tid)
+    # Filtered to this case's producer: other cases' ids are on both sides too.
+    yield ListTransactionsRequest(state_filters=[], producer_id_filters=[pid],
+                                  duration_filter=-1)
+    yield ListTransactionsRequest(state_filters=["Empty", "Bogus"], producer_id_filters=[pid],
+                                  duration_filter=-1)
+    yield ListTransactionsRequest(state_filters=["Ongoing"], producer_id_filters=[pid],
+                                  duration_filter=-1)
+
+
 def add_partitions_to_txn(transactional_id: str, producer_id: int, epoch: int,
                           partitions: dict[str, list[int]]) -> Any:
     topic = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic
@@ -1053,6 +1081,8 @@ BUILDERS: dict[int, Api] = {
     25: Api("AddOffsetsToTxn", AddOffsetsToTxnResponse, build_add_offsets_to_txn),
     26: Api("EndTxn", EndTxnResponse, build_end_txn),
     28: Api("TxnOffsetCommit", TxnOffsetCommitResponse, build_txn_offset_commit),
+    65: Api("DescribeTransactions", DescribeTransactionsResponse, build_describe_transactions),
+    66: Api("ListTransactions", ListTransactionsResponse, build_list_transactions),
     32: Api("DescribeConfigs", DescribeConfigsResponse, build_describe_configs),
     33: Api("AlterConfigs", AlterConfigsResponse, build_alter_configs),
     37: Api("CreatePartitions", CreatePartitionsResponse, build_create_partitions),
@@ -1389,8 +1419,14 @@ _TOPIC_ID = Rule("each side's topic has an id of its own (zero and non-zero kept
 _MEMBER = Rule("member ids are made up by the coordinator (relations between them kept)",
                _tokens("member"))
 
+def _clock_reading(value: Any, norm: Normaliser) -> Any:
+    return value if value <= 0 else "<a time>"
+
+
 # Field name -> what may differ there, in every API.
 FIELD_RULES: dict[str, Rule] = {
+    "transaction_start_time_ms": Rule("each side's clock, read when the transaction began "
+                                      "(0 and -1 kept: no transaction)", _clock_reading),
     "throttle_time_ms": Rule("Kafka's quotas may throttle a client; Kiln has none (0)",
                              _not_compared),
     "error_message": Rule("free text; the error code next to it carries the meaning",

@@ -41,6 +41,7 @@ PRODUCER_PERF = "org.apache.kafka.tools.ProducerPerformance"
 GET_OFFSETS = "org.apache.kafka.tools.GetOffsetShell"
 VERIFIABLE_PRODUCER = "org.apache.kafka.tools.VerifiableProducer"
 VERIFIABLE_CONSUMER = "org.apache.kafka.tools.VerifiableConsumer"
+TRANSACTIONS = "org.apache.kafka.tools.TransactionsCommand"
 
 # The tools run for a second or two: the JIT's first tier alone starts them in about half
 # the time, and a serial collector spares the two cores the broker and Kiln share.

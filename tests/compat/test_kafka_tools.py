@@ -9,9 +9,9 @@ nulls, a consumer group), kafka-consumer-groups --list / --describe (offsets,
 lag, owners) / --reset-offsets / --delete / --delete-offsets, kafka-delete-records,
 kafka-get-offsets (--time -3, the largest timestamp), kafka-producer-perf-test.
 
-Not served yet: transactions (kafka-producer-perf-test --transactional-id) time out looking
-for a transaction coordinator. When Kiln gains them, the test of this file that pins the
-failure fails and moves to the working side.
+Off by default: transactions (kafka-producer-perf-test --transactional-id) time out looking
+for a transaction coordinator while `transactions_enabled` is off (the test of this file that
+pins it); with it on, tests/compat/test_transactional_clients.py runs them.
 
 One Kiln serves the whole module; every test uses topics and groups of its own.
 """
@@ -567,7 +567,7 @@ def test_producer_perf_test_completes_and_every_record_lands(
 
 def test_a_transactional_producer_times_out_finding_a_transaction_coordinator(
         module_kiln: RunningKiln, unique_topic: str) -> None:
-    # When kafka-producer-perf-test runs transactionally (Kiln offers no transactions and
+    # When kafka-producer-perf-test runs transactionally (with transactions off, Kiln
     # answers FindCoordinator for them with COORDINATOR_NOT_AVAILABLE, which the Java
     # producer retries until max.block.ms: 60 s by default, 3 s here)
     run = run_tool(PRODUCER_PERF, "--bootstrap-server", module_kiln.bootstrap,

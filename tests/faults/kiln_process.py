@@ -137,11 +137,13 @@ class KilnProcess:
 
 @contextlib.contextmanager
 def fresh_kiln_process(redis_url: str, kafka_bootstrap: str, log_path: Path,
-                       harden_delay_ms: int) -> Iterator[KilnProcess]:
+                       harden_delay_ms: int, extra_args: Sequence[str] = ()
+                       ) -> Iterator[KilnProcess]:
     """`kiln serve` as a child process on a free port (not started yet), with an empty
     Redis; killed in the end whatever happened."""
     sync_redis(redis_url).flushdb()
-    process = KilnProcess(free_port(), redis_url, kafka_bootstrap, harden_delay_ms, log_path)
+    process = KilnProcess(free_port(), redis_url, kafka_bootstrap, harden_delay_ms, log_path,
+                          extra_args)
     try:
         yield process
     finally:

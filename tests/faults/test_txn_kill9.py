@@ -1,0 +1,182 @@
+"""Kiln killed with SIGKILL while a transactional producer commits and aborts transactions
+over three partitions, then restarted on the same port: a read_committed reader must find
+every transaction whose commit was acknowledged, each exactly once and whole, and of the
+others none or all of its records (a commit whose answer the kill swallowed may have
+happened) — never part of one, never an aborted one. (Transactions are not hardened yet:
+this is what Kiln's own readers see.)
+
+The kill moments come from a seeded random generator whose seed the test prints.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from tests.faults.kiln_process import KilnProcess, fresh_kiln_process
+
+PARTITIONS = 3
+RECORDS = 9  # per transaction, three per partition
+KILLS = 4
+
+
+class TransactionLoop:
+    """A transactional producer in a thread: transaction n carries RECORDS values
+    "n:i"; every fourth is aborted on purpose. Errors are handled as the client's
+    documentation says: abortable → abort and go on, fatal → a new producer."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self._config = {"bootstrap.servers": bootstrap, "transactional.id": f"kill9-{topic}",
+                        "linger.ms": 5, "message.timeout.ms": 20_000,
+                        "transaction.timeout.ms": 20_000, "reconnect.backoff.max.ms": 500}
+        self._topic = topic
+        self.committed: set[int] = set()  # commit acknowledged
+        self.aborted: set[int] = set()  # abort acknowledged (on purpose or after an error)
+        self.attempts = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="txn-loop", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(120)
+        assert not self._thread.is_alive(), "the transactional producer is stuck"
+
+    def _producer(self) -> Producer:
+        while not self._stop.is_set():
+            producer = Producer(self._config)
+            try:
+                producer.init_transactions(30)
+                return producer
+            except KafkaException as exc:
+                self.errors.append(f"init: {exc}")
+                time.sleep(0.5)
+        raise RuntimeError("stopped")
+
+    def _run(self) -> None:
+        producer = self._producer()
+        n = 0
+        while not self._stop.is_set():
+            n += 1
+            self.attempts = n
+            try:
+                producer.begin_transaction()
+                for i in range(RECORDS):
+                    producer.produce(self._topic, f"{n}:{i}".encode(), partition=i % PARTITIONS)
+                if n % 4 == 0:
+                    producer.abort_transaction(30)
+                    self.aborted.add(n)
+                else:
+                    producer.commit_transaction(30)
+                    self.committed.add(n)
+            except KafkaException as exc:
+                error = exc.args[0]
+                self.errors.append(f"{n}: {error}")
+                if error.txn_requires_abort():
+                    try:
+                        producer.abort_transaction(30)
+                        self.aborted.add(n)
+                    except KafkaException as again:
+                        self.errors.append(f"{n} abort: {again}")
+                        producer = self._renew(producer)
+                elif not error.retriable():
+                    producer = self._renew(producer)
+                else:
+                    # A retriable commit failure: the outcome is unknown; a new producer
+                    # (InitProducerId) finishes or aborts it.
+                    producer = self._renew(producer)
+        producer.flush(10)
+
+    def _renew(self, producer: Producer) -> Producer:
+        del producer
+        try:
+            return self._producer()
+        except RuntimeError:
+            return Producer({"bootstrap.servers": self._config["bootstrap.servers"]})
+
+
+def read_committed(bootstrap: str, topic: str, timeout_s: float = 30) -> list[str]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "checker",
+                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    values: list[str] = []
+    ended: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(ended) < PARTITIONS and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            if message.error():
+                if message.error().code() == -191:  # _PARTITION_EOF
+                    ended.add(message.partition())
+                continue
+            ended.discard(message.partition())
+            values.append(message.value().decode())
+    finally:
+        consumer.close()
+    assert len(ended) == PARTITIONS, "the reader did not reach the end of every partition"
+    return values
+
+
+def test_kill9_during_transactions_leaves_each_whole_or_absent(
+        redis_url: str, kafka_bootstrap: str, unique_topic: str, tmp_path: Path,
+        rng: random.Random) -> None:
+    config = tmp_path / "kiln.toml"
+    config.write_text("transactions_enabled = true\n")
+    with fresh_kiln_process(redis_url, kafka_bootstrap, tmp_path / "kiln.log", 600_000,
+                            extra_args=("--config", str(config))) as kiln:
+        run(kiln, unique_topic, rng)
+
+
+def run(kiln: KilnProcess, topic: str, rng: random.Random) -> None:
+    kiln.start()
+    admin = AdminClient({"bootstrap.servers": kiln.bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    loop = TransactionLoop(kiln.bootstrap, topic)
+    loop.start()
+    schedule = []
+    try:
+        # Given transactions flowing; when Kiln is killed at random moments and restarted
+        for _ in range(KILLS):
+            time.sleep(rng.uniform(0.3, 2.0))
+            schedule.append(f"kill after {loop.attempts} attempts, "
+                            f"{len(loop.committed)} committed")
+            kiln.kill()
+            time.sleep(rng.uniform(0.0, 0.5))
+            kiln.start()
+        # ... and transactions commit after the last restart
+        before = len(loop.committed)
+        deadline = time.monotonic() + 60
+        while len(loop.committed) < before + 5 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(loop.committed) >= before + 5, f"no progress: {loop.errors[-5:]}"
+    finally:
+        loop.stop()
+        print("kills:", *schedule, sep="\n  ")
+        print("errors:", *loop.errors[:20], sep="\n  ")
+    # (open transactions left by the last producer end by its timeout at the latest)
+    time.sleep(1)
+    values = read_committed(kiln.bootstrap, topic)
+
+    # Then each transaction read is whole, once; every acknowledged commit is there; no
+    # acknowledged abort is
+    counts = Counter(int(v.split(":")[0]) for v in values)
+    partial = {n: c for n, c in counts.items() if c != RECORDS}
+    assert not partial, f"transactions read in part or twice: {partial}"
+    missing = sorted(loop.committed - set(counts))
+    assert not missing, f"acknowledged commits missing: {missing}"
+    aborted_read = sorted(loop.aborted & set(counts))
+    assert not aborted_read, f"aborted transactions read: {aborted_read}"
+    print(f"{loop.attempts} attempts, {len(loop.committed)} acknowledged commits, "
+          f"{len(loop.aborted)} aborts, {len(counts)} transactions read")
