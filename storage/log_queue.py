@@ -397,13 +397,17 @@ end
 return {incarnation, out}
 """
 
-# Forget the producers ARGV[2..] unless one appended since ARGV[1] (ms).
+# Forget the producers ARGV[2..] unless one appended since ARGV[1] (ms), or has a
+# transaction open here (KEYS[2]); their ended transactions here are forgotten with them.
 _FORGET_PRODUCERS = """
 local removed = 0
 for i = 2, #ARGV do
   local raw = redis.call('HGET', KEYS[1], ARGV[i])
-  if raw and tonumber(cjson.decode(raw).t or 0) < tonumber(ARGV[1]) then
+  local reg = redis.call('HGET', KEYS[2], ARGV[i])
+  local open = reg and cjson.decode(reg).n > cjson.decode(reg).m
+  if raw and not open and tonumber(cjson.decode(raw).t or 0) < tonumber(ARGV[1]) then
     redis.call('HDEL', KEYS[1], ARGV[i])
+    redis.call('HDEL', KEYS[2], ARGV[i])
     removed = removed + 1
   end
 end
@@ -910,13 +914,14 @@ class LogQueue:
         """Forget the idempotence state of producers that have not appended to `tp` since
         `silent_since_ms` (Kafka's producer.id.expiration.ms): the hash would otherwise grow
         with every producer id ever seen. A forgotten producer that comes back is taken as
-        new, as Kafka takes one whose state expired. Returns how many were forgotten."""
+        new, as Kafka takes one whose state expired; one with a transaction open here is
+        kept. Returns how many were forgotten."""
         key = partition_key(tp, "pids")
         removed = 0
         try:
             async for chunk in _stale_producer_chunks(self._redis, key, silent_since_ms):
-                removed += int(await self._forget_producers(keys=[key],
-                                                            args=[silent_since_ms, *chunk]))
+                removed += int(await self._forget_producers(
+                    keys=[key, partition_key(tp, "txns")], args=[silent_since_ms, *chunk]))
         except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         return removed

@@ -17,13 +17,15 @@ from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
 from kafka.protocol.producer import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
 )
 
 from storage.model import TopicPartition as StorageTopicPartition
 from storage.transactions.participants import MarkerWritten, TransactionParticipants
-from tests.kiln_harness import RunningKiln, eventually, fresh_kiln
+from tests.kiln_harness import RunningKiln, eventually, fresh_kiln, sync_redis
 from tests.raw_client import RawClient, record_batch
 from wire.errors import ErrorCode
 from wire.txn_markers import build_marker
@@ -402,3 +404,34 @@ def test_consume_transform_produce_commits_input_offsets_with_the_output(
         f"R{i}" for i in range(10)]
     assert committed == 10
     assert pending == [(ErrorCode.UNSTABLE_OFFSET_COMMIT, -1), (ErrorCode.NONE, 4)]
+
+
+def test_a_silent_producer_is_forgotten_with_its_ended_transactions_but_not_an_open_one(
+        kiln: RunningKiln, topic: str) -> None:
+    queue = kiln.app.queue
+    tp = StorageTopicPartition(topic, 0)
+    redis = sync_redis(kiln.settings.redis_url)
+    with RawClient(kiln.bootstrap) as client:
+        # Given two transactional producers that wrote to a partition: one's transaction
+        # ended, the other's is still open
+        ended, still_open = (init_transactional(client, tid, 60_000)[1:]
+                             for tid in ("ends", "stays"))
+        for (pid, epoch), tid in ((ended, "ends"), (still_open, "stays")):
+            assert add_partition(client, tid, (pid, epoch), topic, 0) == ErrorCode.NONE
+            written = client.produce(topic, 0, transactional_batch([b"x"], (pid, epoch, 0)),
+                                     transactional_id=tid)
+            assert written.error_code == ErrorCode.NONE
+        answer = client.request(EndTxnRequest[3](transactional_id="ends", producer_id=ended[0],
+                                                 producer_epoch=ended[1], committed=True),
+                                3, EndTxnResponse)
+        assert answer.error_code == ErrorCode.NONE
+
+    # When producers silent since a moment in the future are forgotten
+    forgotten = kiln.call(queue.prune_producers(tp, silent_since_ms=2**62))
+
+    # Then the one whose transaction ended is forgotten, with its registration; the other
+    # stays, its transaction still holding the last stable offset
+    left = {int(k) for k in redis.hkeys(f"kiln:{{{topic}/0}}:txns")}
+    assert forgotten == 1
+    assert left == {still_open[0]}
+    assert watermarks(kiln, topic, 0, "read_committed") == (0, 1)
