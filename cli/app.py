@@ -118,7 +118,7 @@ class KilnApp:
         forget_topic_state(self.catalog, subscriptions, group_store)
         self.transactions = (TransactionCoordinator(
             TxnStore(self.queue.redis), TransactionParticipants(self.queue.redis),
-            self.catalog.starts, ProducerIds(self.queue.redis),
+            self.catalog.starts, self.catalog, ProducerIds(self.queue.redis),
             coordinates=self.leadership.coordinates_transactions,
             offsets_listener=self.delivery)
             if settings.transactions_enabled else None)

@@ -51,6 +51,12 @@ class PartitionStarter(Protocol):
     async def start(self, tp: TopicPartition) -> bool: ...
 
 
+class PartitionDirectory(Protocol):
+    """Which partitions exist (storage.catalog.Catalog)."""
+
+    async def has_partition(self, tp: TopicPartition) -> bool: ...
+
+
 class ProducerIdSource(Protocol):
     async def allocate(self) -> tuple[int, int]: ...
 
@@ -77,7 +83,8 @@ class ProducerIdAnswer:
 
 class TransactionCoordinator:
     def __init__(self, store: TxnStore, participants: TransactionParticipants,
-                 starts: PartitionStarter, producer_ids: ProducerIdSource,
+                 starts: PartitionStarter, partitions: PartitionDirectory,
+                 producer_ids: ProducerIdSource,
                  coordinates: Callable[[str], bool],
                  offsets_listener: OffsetsListener | None = None,
                  settings: CoordinatorSettings = CoordinatorSettings(),
@@ -85,6 +92,7 @@ class TransactionCoordinator:
         self._store = store
         self._participants = participants
         self._starts = starts
+        self._partitions = partitions
         self._producer_ids = producer_ids
         self._coordinates = coordinates
         self._offsets_listener = offsets_listener
@@ -281,6 +289,10 @@ class TransactionCoordinator:
                 commit=commit, marker=marker, now_ms=now)
             if not written.needs_start:
                 return
+            if not await self._partitions.has_partition(tp):
+                # Deleted with its records since they joined the transaction: nothing is
+                # left there to end (and starting it would bring its keys back).
+                return
             await self._starts.start(tp)
         raise _Unfinished(f"{tp.topic}/{tp.partition} keeps being lost by Redis")
 
@@ -291,6 +303,8 @@ class TransactionCoordinator:
                 state.transactional_id)
             if code is not None:
                 return code
+            if not await self._partitions.has_partition(tp):
+                return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             await self._starts.start(tp)
         return ErrorCode.CONCURRENT_TRANSACTIONS
 

@@ -435,3 +435,20 @@ def test_a_silent_producer_is_forgotten_with_its_ended_transactions_but_not_an_o
     assert forgotten == 1
     assert left == {still_open[0]}
     assert watermarks(kiln, topic, 0, "read_committed") == (0, 1)
+
+
+def test_a_transaction_ends_after_its_topic_was_deleted_without_bringing_it_back(
+        kiln: RunningKiln, topic: str) -> None:
+    # Given a transaction with records in a topic
+    producer = transactional_producer(kiln)
+    producer.begin_transaction()
+    send(producer, topic, ["gone0", "gone1"])
+
+    # When the topic is deleted, then the transaction commits
+    admin = AdminClient({"bootstrap.servers": kiln.bootstrap})
+    admin.delete_topics([topic])[topic].result(30)
+    producer.commit_transaction(30)
+
+    # Then the commit is answered, and nothing of the topic is back in Redis
+    redis = sync_redis(kiln.settings.redis_url)
+    assert [k for k in redis.scan_iter(f"kiln:{{{topic}/*")] == []
