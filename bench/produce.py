@@ -178,14 +178,15 @@ class KilnProcess:
     """`kiln serve` as a child process in its own session, logging to a file."""
 
     def __init__(self, redis_url: str, kafka_bootstrap: str, delay_ms: int, *,
-                 workdir: Path, delay_policy: str = "fixed", workers: int = 1) -> None:
+                 workdir: Path, delay_policy: str = "fixed", workers: int = 1,
+                 extra_args: Sequence[str] = ()) -> None:
         self.port = free_ports(workers)
         self.workers = workers
         self.log_path = workdir / f"kiln-{self.port}.log"
         cmd = [sys.executable, "-m", "cli", "serve", "--workers", str(workers),
                "--listen", f"127.0.0.1:{self.port}", "--redis-url", redis_url,
                "--kafka-bootstrap", kafka_bootstrap, "--harden-delay-ms", str(delay_ms),
-               "--delay-policy", delay_policy]
+               "--delay-policy", delay_policy, *extra_args]
         env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
         self._log = self.log_path.open("wb")
         self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
@@ -283,14 +284,14 @@ class Stack:
     @classmethod
     def start(cls, workdir: Path, broker: Broker | None = None, *, kiln_delay_ms: int | None,
               kiln_delay_policy: str = "fixed", kiln_workers: int = 1,
-              redis_cluster: bool = False) -> Stack:
+              redis_cluster: bool = False, kiln_args: Sequence[str] = ()) -> Stack:
         stack = cls(workdir, broker or start_broker(), owns_broker=broker is None)
         try:
             if kiln_delay_ms is not None:
                 stack.redis = (LocalRedisCluster() if redis_cluster else LocalRedis()).start()
                 stack.kiln = KilnProcess(stack.redis.url, stack.broker.bootstrap, kiln_delay_ms,
                                          workdir=workdir, delay_policy=kiln_delay_policy,
-                                         workers=kiln_workers)
+                                         workers=kiln_workers, extra_args=kiln_args)
         except BaseException:
             stack.close()
             raise
@@ -327,13 +328,13 @@ class Stack:
 @contextlib.contextmanager
 def stack_with_topic(workdir: Path, broker: Broker, kind: str, *, kiln_delay_ms: int | None,
                      kiln_delay_policy: str = "fixed", kiln_workers: int = 1,
-                     partitions: int = 1, redis_cluster: bool = False
-                     ) -> Iterator[tuple[Stack, str]]:
+                     partitions: int = 1, redis_cluster: bool = False,
+                     kiln_args: Sequence[str] = ()) -> Iterator[tuple[Stack, str]]:
     """A started Stack and a fresh topic `bench-{kind}-…` created through its endpoint,
     replicated as `broker` replicates; the stack is closed on the way out."""
     stack = Stack.start(workdir, broker, kiln_delay_ms=kiln_delay_ms,
                         kiln_delay_policy=kiln_delay_policy, kiln_workers=kiln_workers,
-                        redis_cluster=redis_cluster)
+                        redis_cluster=redis_cluster, kiln_args=kiln_args)
     try:
         topic = new_topic_name(kind)
         create_topic(stack.endpoint, topic, broker.replication_factor, partitions)
