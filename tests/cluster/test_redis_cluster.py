@@ -215,7 +215,7 @@ def test_a_redis_master_killed_under_a_kiln_cluster_loses_and_duplicates_nothing
 
 
 # The integration modules that exercise the log queue's scripts, the group store, delivery,
-# hardening, deletion and the CLI: run again, unchanged, with the Redis Cluster as the
+# hardening, deletion, the CLI and transactions: run again, unchanged, with the Redis Cluster as the
 # session's Redis (and this session's Kafka).
 ON_REDIS_CLUSTER = [
     "tests/integration/test_produce_harden.py",
@@ -229,6 +229,7 @@ ON_REDIS_CLUSTER = [
     "tests/integration/test_nonpersistent_held.py",
     "tests/integration/test_topic_admin.py",
     "tests/integration/test_cli_flush_drain.py",
+    "tests/integration/test_transactions.py",
 ]
 
 

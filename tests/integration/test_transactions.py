@@ -452,3 +452,29 @@ def test_a_transaction_ends_after_its_topic_was_deleted_without_bringing_it_back
     # Then the commit is answered, and nothing of the topic is back in Redis
     redis = sync_redis(kiln.settings.redis_url)
     assert [k for k in redis.scan_iter(f"kiln:{{{topic}/*")] == []
+
+
+def test_a_fenced_producers_late_batch_is_refused_at_the_partition(
+        kiln: RunningKiln, topic: str) -> None:
+    with RawClient(kiln.bootstrap) as client:
+        # Given a transactional producer with records in an open transaction
+        _, pid, epoch = init_transactional(client, "zombie", 60_000)
+        assert add_partition(client, "zombie", (pid, epoch), topic, 0) == ErrorCode.NONE
+        first = client.produce(topic, 0, transactional_batch([b"a"], (pid, epoch, 0)),
+                               transactional_id="zombie")
+
+        # When a new instance initialises the same id (Kiln aborts the open transaction at
+        # a bumped epoch and answers CONCURRENT_TRANSACTIONS; the retry bumps again) ...
+        fenced = init_transactional(client, "zombie", 60_000)
+        retried = init_transactional(client, "zombie", 60_000)
+        # ... and the old instance's next batch arrives
+        late = client.produce(topic, 0, transactional_batch([b"b"], (pid, epoch, 1)),
+                              transactional_id="zombie")
+
+    # Then the batch is refused for its fenced epoch, and the first record was aborted
+    assert first.error_code == ErrorCode.NONE
+    assert fenced[0] == ErrorCode.CONCURRENT_TRANSACTIONS
+    assert retried == (ErrorCode.NONE, pid, epoch + 2)
+    assert late.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert watermarks(kiln, topic, 0, "read_committed") == (0, 2)
+    assert read_all(kiln, topic, "read_committed") == []
