@@ -116,15 +116,15 @@ class KilnApp:
             heartbeat_interval_ms=settings.group_consumer_heartbeat_interval_ms,
         ), offsets_listener=self.delivery, coordinates=self.leadership.coordinates)
         forget_topic_state(self.catalog, subscriptions, group_store)
+        self.metrics = KilnMetrics()
         self.transactions = (TransactionCoordinator(
             TxnStore(self.queue.redis), TransactionParticipants(self.queue.redis),
             self.catalog.starts, self.catalog, ProducerIds(self.queue.redis),
             coordinates=self.leadership.coordinates_transactions,
-            offsets_listener=self.delivery)
+            offsets_listener=self.delivery, ended=self.metrics)
             if settings.transactions_enabled else None)
         appends = AppendSignals()
         appends.add_listener(self.hardener.appended)
-        self.metrics = KilnMetrics()
         host, port = settings.advertised_address
         self.context = KilnContext(
             settings=ServerSettings(node_id=settings.node_id, advertised_host=host,

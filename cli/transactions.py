@@ -5,6 +5,7 @@ transaction has been open, its timeout and participants, and the node that coord
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,8 @@ from storage.clock import wall_clock_ms
 from storage.errors import StorageError
 from storage.leadership import place, transaction_placement_key
 from storage.nodes import read_nodes
-from storage.transactions.state import TxnState, TxnStatus
-from storage.transactions.store import TxnStore
+from storage.transactions.state import TxnState, TxnStatus, fence
+from storage.transactions.store import TxnConflict, TxnStore
 
 _COLUMNS = ("transactional_id", "producer_id", "epoch", "state", "open_s", "timeout_ms",
             "partitions", "groups", "coordinator")
@@ -62,6 +63,53 @@ def describe(transactional_id: str, as_json: bool, config_file: Path | None,
     if not rows:
         raise click.ClickException(f"no transactional id {transactional_id!r}")
     output.emit(rows, _COLUMNS, as_json=as_json)
+
+
+@transactions.command("abort")
+@click.argument("transactional_id")
+@click.option("--timeout", "timeout_s", type=float, default=10.0, show_default=True,
+              help="seconds to wait for its coordinator to end it")
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+@store_options
+def abort(transactional_id: str, timeout_s: float, as_json: bool, config_file: Path | None,
+          redis_url: str | None) -> None:
+    """Abort TRANSACTIONAL_ID's open transaction, fencing its producer (its epoch is bumped:
+    the producer must initialise again), as a transaction timeout does. The decision is
+    written to Redis; the id's coordinator node writes the markers within about a second."""
+    settings = settings_from(config_file, redis_url=redis_url)
+    rows = _run(_abort(settings, transactional_id, timeout_s))
+    output.emit(rows, _COLUMNS, as_json=as_json)
+
+
+async def _abort(settings: Settings, transactional_id: str, timeout_s: float
+                 ) -> list[dict[str, Any]]:
+    redis = redis_pool.connect(settings.redis_url, max_connections=4)
+    try:
+        store = TxnStore(redis)
+        stored = await store.load(transactional_id)
+        if stored.state is None:
+            raise click.ClickException(f"no transactional id {transactional_id!r}")
+        now = wall_clock_ms()
+        step = fence(stored.state, now=now)
+        if step.state is None:
+            raise click.ClickException(f"{transactional_id!r} has no open transaction "
+                                       f"({stored.state.status.value})")
+        try:
+            await store.save(step.state, stored.revision, now)
+        except TxnConflict:
+            raise click.ClickException(f"{transactional_id!r} changed meanwhile; try again"
+                                       ) from None
+        deadline = time.monotonic() + timeout_s
+        while (state := (await store.load(transactional_id)).state) is not None \
+                and state.status is TxnStatus.PREPARE_ABORT:
+            if time.monotonic() > deadline:
+                raise click.ClickException(
+                    f"the abort of {transactional_id!r} is decided; no Kiln node finished it "
+                    f"within {timeout_s:g}s (its coordinator does once it runs)")
+            await asyncio.sleep(0.1)
+    finally:
+        await redis_pool.close(redis)
+    return await _rows(settings, [transactional_id], participants=True)
 
 
 def _run(rows: Any) -> list[dict[str, Any]]:

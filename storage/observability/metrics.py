@@ -81,13 +81,18 @@ class KilnMetrics:
         self._kafka_errors = CounterFamily(
             "kiln_kafka_errors", "Kafka failures that failed a client request "
             "(source=request); hardening failures are kiln_harden_errors_total", ["source"])
+        self._transactions_ended = CounterFamily(
+            "kiln_transactions_ended", "Kafka transactions ended by this node's coordinator, "
+            "by result (commit, abort) and cause (end_txn: the producer's EndTxn; fenced: a "
+            "new instance of the producer; timeout; resumed: a decision found half done)",
+            ["result", "cause"])
         self.event_loop_lag = Gauge(
             "kiln_event_loop_lag_seconds", "How late the event loop last ran a timer",
             registry=self.registry)
         for family in (self._records_in, self._bytes_in, self._produce_latency,
                        self._request_latency, self._requests, self._connections,
                        self._malformed_frames, self._harden_latency, self._redis_errors,
-                       self._kafka_errors):
+                       self._kafka_errors, self._transactions_ended):
             self.registry.register(family)
         self._buffer: BufferSnapshot | None = None
         self._delays = DelayCollector(_no_delays)
@@ -125,6 +130,9 @@ class KilnMetrics:
         histogram = self._harden_latency.child(topic)
         for batch in batches:
             histogram.observe(max(0, now_ms - batch.append_time_ms) / 1000)
+
+    def transaction_ended(self, committed: bool, cause: str) -> None:
+        self._transactions_ended.inc(1, ("commit" if committed else "abort", cause))
 
     def failed(self, exc: BaseException, source: str) -> None:
         """Count `exc` against the store it came from, if it is a storage failure."""

@@ -43,6 +43,10 @@ from wire.txn_markers import build_marker
 log = logging.getLogger(__name__)
 
 _DECIDED = frozenset({TxnStatus.PREPARE_COMMIT, TxnStatus.PREPARE_ABORT})
+# Why a transaction ended (the `cause` of TransactionsEnded): its producer's EndTxn, a new
+# instance of its producer fencing it, its timeout, or a decision found half done and
+# finished (after a crash, or a failure to reach Redis).
+_ENDED, _FENCED, _TIMED_OUT, _RESUMED = "end_txn", "fenced", "timeout", "resumed"
 
 
 class PartitionStarter(Protocol):
@@ -55,6 +59,12 @@ class PartitionDirectory(Protocol):
     """Which partitions exist (storage.catalog.Catalog)."""
 
     async def has_partition(self, tp: TopicPartition) -> bool: ...
+
+
+class TransactionsEnded(Protocol):
+    """Told of every transaction ended here (storage.observability.metrics)."""
+
+    def transaction_ended(self, committed: bool, cause: str) -> None: ...
 
 
 class ProducerIdSource(Protocol):
@@ -87,6 +97,7 @@ class TransactionCoordinator:
                  producer_ids: ProducerIdSource,
                  coordinates: Callable[[str], bool],
                  offsets_listener: OffsetsListener | None = None,
+                 ended: TransactionsEnded | None = None,
                  settings: CoordinatorSettings = CoordinatorSettings(),
                  clock_ms: Callable[[], int] = wall_clock_ms) -> None:
         self._store = store
@@ -96,6 +107,7 @@ class TransactionCoordinator:
         self._producer_ids = producer_ids
         self._coordinates = coordinates
         self._offsets_listener = offsets_listener
+        self._ended = ended
         self._settings = settings
         self._clock_ms = clock_ms
         self._locks = KeyedLocks()
@@ -203,7 +215,8 @@ class TransactionCoordinator:
             return Step(ErrorCode.NOT_COORDINATOR, None)
         async with self._locks.hold(transactional_id):
             try:
-                stored = await self._finish_decided(await self._store.load(transactional_id))
+                stored = await self._finish_decided(await self._store.load(transactional_id),
+                                                    _RESUMED)
             except StorageError as exc:
                 log.warning("transactional id %r: %s", transactional_id, exc)
                 return Step(ErrorCode.COORDINATOR_NOT_AVAILABLE, None)
@@ -225,7 +238,9 @@ class TransactionCoordinator:
             target = step.state or stored.state
             try:
                 if step.complete and step.state is not None:
-                    await self._complete(step.state, revision)
+                    # EndTxn's own decision, or InitProducerId fencing an open transaction.
+                    cause = _ENDED if step.error is ErrorCode.NONE else _FENCED
+                    await self._complete(step.state, revision, cause)
                 elif then is not None and step.error is ErrorCode.NONE and target is not None:
                     # Registered again even when nothing changed: a retry after a failed
                     # registration must not leave a partition refusing the records.
@@ -245,14 +260,14 @@ class TransactionCoordinator:
             due = machine.deadline_ms(state)
         return await self._store.save(state, revision, due)
 
-    async def _finish_decided(self, stored: StoredTxn) -> StoredTxn:
+    async def _finish_decided(self, stored: StoredTxn, cause: str) -> StoredTxn:
         """A decision found half done is finished before anything else."""
         if stored.state is None or stored.state.status not in _DECIDED:
             return stored
-        await self._complete(stored.state, stored.revision)
+        await self._complete(stored.state, stored.revision, cause)
         return await self._store.load(stored.state.transactional_id)
 
-    async def _complete(self, decided: TxnState, revision: int) -> None:
+    async def _complete(self, decided: TxnState, revision: int, cause: str) -> None:
         """Write the decision's marker to every partition in the transaction, then record
         it complete. Raises StorageError or _Unfinished, leaving it decided."""
         commit = decided.status is TxnStatus.PREPARE_COMMIT
@@ -277,9 +292,11 @@ class TransactionCoordinator:
                                    revision, None)
         except TxnConflict as exc:
             raise _Unfinished(f"{decided.transactional_id}: changed while completing") from exc
-        log.debug("transactional id %r: transaction %d %s in %d partitions",
+        log.debug("transactional id %r: transaction %d %s in %d partitions (%s)",
                   decided.transactional_id, decided.number,
-                  "committed" if commit else "aborted", len(decided.partitions))
+                  "committed" if commit else "aborted", len(decided.partitions), cause)
+        if self._ended is not None:
+            self._ended.transaction_ended(commit, cause)
 
     async def _mark(self, tp: TopicPartition, decided: TxnState, commit: bool, marker: bytes,
                     now: int) -> None:
@@ -347,7 +364,7 @@ class TransactionCoordinator:
         if current is None:
             return 0
         if current.status in _DECIDED:
-            await self._complete(current, stored.revision)
+            await self._complete(current, stored.revision, _RESUMED)
             return 1
         step = machine.fence_expired(current, now=self._clock_ms())
         if step.state is None:
@@ -358,7 +375,7 @@ class TransactionCoordinator:
                  "aborted, producer epoch fenced", transactional_id, current.number,
                  current.timeout_ms)
         revision = await self._save(step.state, stored.revision)
-        await self._complete(step.state, revision)
+        await self._complete(step.state, revision, _TIMED_OUT)
         return 1
 
 

@@ -338,6 +338,15 @@ def fence_expired(current: TxnState, *, now: int) -> Step:
     return Step(ErrorCode.NONE, _fence(current, now), complete=True)
 
 
+def fence(current: TxnState, *, now: int) -> Step:
+    """An operator aborts an open transaction (`kiln transactions abort`): as a timeout
+    aborts it, at a bumped epoch that fences its producer. INVALID_TXN_STATE when none is
+    open."""
+    if current.status is not TxnStatus.ONGOING:
+        return _error(ErrorCode.INVALID_TXN_STATE)
+    return Step(ErrorCode.NONE, _fence(current, now), complete=True)
+
+
 def completed(current: TxnState, *, now: int) -> TxnState:
     """Every participant has its marker: Prepare* -> Complete*, participants cleared. For
     Transactions V1 Kafka keeps the epochs (and the last epoch) as they are."""

@@ -154,7 +154,12 @@ def test_aiokafkas_transactions_are_read_by_kafka_python_as_committed(
     assert committed == [b"a0", b"a1", b"a2", b"c0"]
 
 
-def test_operators_list_and_describe_open_transactions(
+def kiln_cli(*args: str, redis_url: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([KILN, *args, "--redis-url", redis_url], capture_output=True,
+                          text=True, timeout=30, check=False)
+
+
+def test_operators_list_describe_and_abort_open_transactions(
         txn_kiln: RunningKiln, unique_topic: str) -> None:
     topic = create_topic(txn_kiln, unique_topic, partitions=2)
     tid = f"ops-{topic}"
@@ -171,10 +176,13 @@ def test_operators_list_and_describe_open_transactions(
     listed = run_tool(TRANSACTIONS, "--bootstrap-server", txn_kiln.bootstrap, "list")
     described = run_tool(TRANSACTIONS, "--bootstrap-server", txn_kiln.bootstrap, "describe",
                          "--transactional-id", tid)
-    cli = subprocess.run([KILN, "transactions", "list", "--state", "Ongoing", "--json",
-                          "--redis-url", txn_kiln.settings.redis_url],
-                         capture_output=True, text=True, timeout=30, check=False)
-    producer.abort_transaction(30)
+    cli = kiln_cli("transactions", "list", "--state", "Ongoing", "--json",
+                   redis_url=txn_kiln.settings.redis_url)
+    # ... and then abort it with Kiln's CLI
+    aborted = kiln_cli("transactions", "abort", tid, "--json",
+                       redis_url=txn_kiln.settings.redis_url)
+    with pytest.raises(confluent_kafka.KafkaException) as fenced:
+        producer.commit_transaction(10)
 
     # Then each shows the open transaction, its producer and its partitions
     assert listed.returncode == 0, listed
@@ -187,3 +195,9 @@ def test_operators_list_and_describe_open_transactions(
     rows = [r for r in json.loads(cli.stdout) if r["transactional_id"] == tid]
     assert [(r["state"], r["partitions"], r["coordinator"]) for r in rows] == [
         ("Ongoing", 2, txn_kiln.app.node_id)]
+    # ... and after the abort, its state and an epoch that fences the producer
+    assert aborted.returncode == 0, aborted.stderr
+    after = json.loads(aborted.stdout)[0]
+    assert (after["state"], after["epoch"]) == ("CompleteAbort", rows[0]["epoch"] + 1)
+    assert fenced.value.args[0].fatal()
+    assert asyncio.run(read_aiokafka(txn_kiln, topic, "read_committed", 0)) == []

@@ -129,6 +129,10 @@ def test_committed_transactions_are_read_whole_and_aborted_ones_never(
                          for i in range(p, 6, PARTITIONS)]
     assert uncommitted == [f"{n}{i}" for p in range(PARTITIONS) for n in "abc"
                            for i in range(p, 6, PARTITIONS)]
+    # (and the coordinator counted them)
+    ended = {result: kiln.app.metrics.value("kiln_transactions_ended_total", result=result,
+                                            cause="end_txn") for result in ("commit", "abort")}
+    assert ended == {"commit": 2, "abort": 1}
 
 
 def test_an_open_transaction_holds_read_committed_readers_at_its_first_record(
@@ -196,6 +200,8 @@ def test_a_transaction_open_past_its_timeout_is_aborted_and_its_producer_fenced(
     assert read_all(kiln, topic, "read_committed") == []
     with pytest.raises(KafkaException):
         producer.commit_transaction(10)
+    assert kiln.app.metrics.value("kiln_transactions_ended_total", result="abort",
+                                  cause="timeout") == 1
 
 
 def init_transactional(client: RawClient, transactional_id: str, timeout_ms: int

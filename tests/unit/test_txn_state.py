@@ -27,6 +27,7 @@ from storage.transactions.state import (
     deadline_ms,
     end_transaction,
     expire,
+    fence,
     fence_expired,
     init_producer_id,
     is_expired,
@@ -733,3 +734,22 @@ def test_random_request_sequences_follow_kafkas_rules(start: TxnState | None,
         driver.act(action)
 
     assert driver.current is None or driver.current.producer_epoch <= MAX_PRODUCER_EPOCH
+
+
+# An operator's abort (`kiln transactions abort`): a fence, whatever the deadline.
+def test_an_operator_fences_an_open_transaction_before_its_deadline() -> None:
+    ongoing = txn(S.ONGOING, start_ms=T0, timeout_ms=60_000)
+
+    step = fence(ongoing, now=T0 + 1)
+
+    assert (step.error, step.complete) == (E.NONE, True)
+    assert step.state is not None
+    assert (step.state.status, step.state.producer_epoch, step.state.last_producer_epoch) == (
+        S.PREPARE_ABORT, EPOCH + 1, NO_PRODUCER_EPOCH)
+    assert step.state.partitions == ongoing.partitions
+
+
+@pytest.mark.parametrize("status", [s for s in S if s is not S.ONGOING])
+def test_an_operator_cannot_abort_what_is_not_open(status: TxnStatus) -> None:
+    assert outcome(fence(txn(status), now=T0)) == refused(E.INVALID_TXN_STATE)
+
