@@ -6,17 +6,17 @@ transaction commits whole."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from storage.model import TopicPartition as KilnPartition
 from tests.cluster.conftest import running_nodes
 from tests.kiln_harness import RunningKiln
+from tests.txn_readers import read_to_end
 
 PARTITIONS = 6
 
@@ -40,29 +40,9 @@ def make_topic(nodes: list[RunningKiln], topic: str) -> str:
 
 def read_committed(nodes: list[RunningKiln], topic: str, expected: int,
                    timeout_s: float = 20) -> list[str]:
-    consumer = Consumer({"bootstrap.servers": bootstrap(nodes), "group.id": "unused",
-                         "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "enable.partition.eof": True})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    values: list[str] = []
-    ended: set[int] = set()
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline and (len(ended) < PARTITIONS
-                                               or len(values) < expected):
-            message = consumer.poll(0.2)
-            if message is None:
-                continue
-            if message.error():
-                if message.error().code() == -191:  # _PARTITION_EOF
-                    ended.add(message.partition())
-                    continue
-                raise KafkaException(message.error())
-            ended.discard(message.partition())
-            values.append(message.value().decode())
-    finally:
-        consumer.close()
-    return sorted(values)
+    read = read_to_end(bootstrap(nodes), topic, PARTITIONS, "read_committed",
+                       expected=expected, timeout_s=timeout_s)
+    return sorted(value for values in read.values() for _, value in values)
 
 
 def coordinator_of(nodes: list[RunningKiln], transactional_id: str) -> RunningKiln:

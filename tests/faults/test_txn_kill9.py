@@ -16,10 +16,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from tests.faults.kiln_process import KilnProcess, fresh_kiln_process
+from tests.txn_readers import read_to_end
 
 PARTITIONS = 3
 RECORDS = 9  # per transaction, three per partition
@@ -105,28 +106,8 @@ class TransactionLoop:
 
 
 def read_committed(bootstrap: str, topic: str, timeout_s: float = 30) -> list[str]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "checker",
-                         "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "enable.partition.eof": True})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    values: list[str] = []
-    ended: set[int] = set()
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(ended) < PARTITIONS and time.monotonic() < deadline:
-            message = consumer.poll(0.2)
-            if message is None:
-                continue
-            if message.error():
-                if message.error().code() == -191:  # _PARTITION_EOF
-                    ended.add(message.partition())
-                continue
-            ended.discard(message.partition())
-            values.append(message.value().decode())
-    finally:
-        consumer.close()
-    assert len(ended) == PARTITIONS, "the reader did not reach the end of every partition"
-    return values
+    read = read_to_end(bootstrap, topic, PARTITIONS, "read_committed", timeout_s=timeout_s)
+    return [value for values in read.values() for _, value in values]
 
 
 def test_kill9_during_transactions_leaves_each_whole_or_absent(

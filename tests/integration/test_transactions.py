@@ -27,6 +27,7 @@ from storage.model import TopicPartition as StorageTopicPartition
 from storage.transactions.participants import MarkerWritten, TransactionParticipants
 from tests.kiln_harness import RunningKiln, eventually, fresh_kiln, sync_redis
 from tests.raw_client import RawClient, record_batch
+from tests.txn_readers import read_to_end
 from wire.errors import ErrorCode
 from wire.txn_markers import build_marker
 
@@ -67,31 +68,9 @@ def read_all(kiln: RunningKiln, topic: str, isolation: str, *, expected: int | N
              timeout_s: float = 10) -> list[str]:
     """Every value of both partitions, in partition then offset order, read until each
     partition reported its end (and `expected` values arrived, when given)."""
-    consumer = Consumer({"bootstrap.servers": kiln.bootstrap, "group.id": "unused",
-                         "isolation.level": isolation, "enable.auto.commit": False,
-                         "enable.partition.eof": True})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    values: dict[int, list[tuple[int, str]]] = {p: [] for p in range(PARTITIONS)}
-    ended: set[int] = set()
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            count = sum(len(v) for v in values.values())
-            if len(ended) == PARTITIONS and (expected is None or count >= expected):
-                break
-            message = consumer.poll(0.2)
-            if message is None:
-                continue
-            if message.error():
-                if message.error().code() == -191:  # _PARTITION_EOF
-                    ended.add(message.partition())
-                    continue
-                raise KafkaException(message.error())
-            ended.discard(message.partition())
-            values[message.partition()].append((message.offset(), message.value().decode()))
-    finally:
-        consumer.close()
-    return [value for p in range(PARTITIONS) for _, value in sorted(values[p])]
+    read = read_to_end(kiln.bootstrap, topic, PARTITIONS, isolation, expected=expected,
+                       timeout_s=timeout_s)
+    return [value for p in range(PARTITIONS) for _, value in read[p]]
 
 
 def watermarks(kiln: RunningKiln, topic: str, partition: int, isolation: str
