@@ -82,6 +82,11 @@ class OffsetsListener(Protocol):
 class CoordinatorSettings:
     # How often each node looks for transactions to time out or finish.
     scan_interval_ms: int = 1_000
+    # An id idle this long (no transaction open) is forgotten, as Kafka's
+    # transactional.id.expiration.ms (7 days); looked for this often (Kafka's
+    # transactional.id.expiration.ms cleanup, hourly).
+    expiration_ms: int = machine.TRANSACTIONAL_ID_EXPIRATION_MS
+    expiration_scan_interval_ms: int = 3_600_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,12 +341,39 @@ class TransactionCoordinator:
             self._scanner = None
 
     async def _scan_forever(self) -> None:
+        next_expiry = self._clock_ms() + self._settings.expiration_scan_interval_ms
         while True:
             await asyncio.sleep(self._settings.scan_interval_ms / 1000)
             try:
                 await self.scan()
+                if self._clock_ms() >= next_expiry:
+                    next_expiry = self._clock_ms() + self._settings.expiration_scan_interval_ms
+                    await self.expire_idle()
             except StorageError as exc:
                 log.debug("transaction scan: %s", exc)
+
+    async def expire_idle(self) -> int:
+        """Forget the ids coordinated here that stayed idle (no transaction open) past the
+        expiration, as Kafka's coordinator removes them; how many. Their producers get a new
+        producer id at their next InitProducerId. Raises StorageError."""
+        now = self._clock_ms()
+        expired = 0
+        for state in await self.coordinated():
+            step = machine.expire(state, now=now, expiration_ms=self._settings.expiration_ms)
+            if step.state is None:
+                continue
+            async with self._locks.hold(state.transactional_id):
+                stored = await self._store.load(state.transactional_id)
+                if stored.state is None or machine.expire(
+                        stored.state, now=now,
+                        expiration_ms=self._settings.expiration_ms).state is None:
+                    continue  # it was used meanwhile
+                if await self._store.remove(state.transactional_id, stored.revision):
+                    expired += 1
+        if expired:
+            log.info("forgot %d transactional ids idle for %d ms", expired,
+                     self._settings.expiration_ms)
+        return expired
 
     async def scan(self) -> int:
         """Abort the transactions coordinated here that stayed open past their timeout and

@@ -52,10 +52,20 @@ class TxnConflict(Exception):
     """Another Kiln node wrote the transactional id's state since it was read here."""
 
 
+# KEYS: state, rev. ARGV: expected revision. Deletes both (1), unless the state was written
+# since (0).
+_REMOVE = """
+if tonumber(redis.call('GET', KEYS[2]) or '0') ~= tonumber(ARGV[1]) then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2])
+return 1
+"""
+
+
 class TxnStore:
     def __init__(self, redis: RedisClient) -> None:
         self._redis = redis
         self._save = redis.register_script(_SAVE)
+        self._remove = redis.register_script(_REMOVE)
 
     async def load(self, transactional_id: str) -> StoredTxn:
         try:
@@ -100,6 +110,21 @@ class TxnStore:
         except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         return new
+
+    async def remove(self, transactional_id: str, revision: int) -> bool:
+        """Forget the id, unless its state was written since `revision`."""
+        tid = transactional_id
+        try:
+            removed = bool(await self._remove(keys=[txn_key(tid, "state"),
+                                                    txn_key(tid, "rev")], args=[revision]))
+            if removed:
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    pipe.srem(TRANSACTIONS_KEY, tid)
+                    pipe.zrem(DUE_KEY, tid)
+                    await pipe.execute()
+        except REDIS_FAILURES as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        return removed
 
     async def due(self, now_ms: int, limit: int = 100) -> list[str]:
         """Ids whose coordinator must act by now."""

@@ -24,7 +24,10 @@ from kafka.protocol.producer import (
 )
 
 from storage.model import TopicPartition as StorageTopicPartition
+from storage.producer_ids import ProducerIds
+from storage.transactions.coordinator import CoordinatorSettings, TransactionCoordinator
 from storage.transactions.participants import MarkerWritten, TransactionParticipants
+from storage.transactions.store import TxnStore
 from tests.kiln_harness import RunningKiln, eventually, fresh_kiln, sync_redis
 from tests.raw_client import RawClient, record_batch
 from tests.txn_readers import read_to_end
@@ -463,3 +466,30 @@ def test_a_fenced_producers_late_batch_is_refused_at_the_partition(
     assert late.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
     assert watermarks(kiln, topic, 0, "read_committed") == (0, 2)
     assert read_all(kiln, topic, "read_committed") == []
+
+
+def test_an_idle_transactional_id_expires_and_its_next_producer_gets_a_new_id(
+        kiln: RunningKiln, topic: str) -> None:
+    app = kiln.app
+    # A coordinator like the node's own, whose ids expire as soon as they are idle
+    eager = TransactionCoordinator(
+        TxnStore(app.queue.redis), TransactionParticipants(app.queue.redis),
+        app.catalog.starts, app.catalog, ProducerIds(app.queue.redis),
+        coordinates=lambda _: True, settings=CoordinatorSettings(expiration_ms=0))
+    with RawClient(kiln.bootstrap) as client:
+        # Given an id whose transaction ended, and one with a transaction open
+        _, idle_pid, _ = init_transactional(client, "idle", 60_000)
+        _, busy_pid, busy_epoch = init_transactional(client, "busy", 60_000)
+        assert add_partition(client, "busy", (busy_pid, busy_epoch), topic, 0) == 0
+
+        # When idle ids expire
+        expired = kiln.call(eager.expire_idle())
+        # ... and both ids initialise again
+        again_idle = init_transactional(client, "idle", 60_000)
+        listed = kiln.call(app.transactions.coordinated())  # type: ignore[union-attr]
+
+    # Then only the idle one was forgotten: it starts over with a new producer id
+    assert expired == 1
+    assert again_idle[0] == ErrorCode.NONE and again_idle[1] != idle_pid
+    assert again_idle[2] == 0
+    assert {s.transactional_id for s in listed} == {"idle", "busy"}
