@@ -5,6 +5,7 @@ A partition whose leader stopped heartbeating (silent, not yet dead) is reported
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 
 from proxy.context import KilnContext
 from storage.model import TopicPartition
@@ -19,18 +20,33 @@ _BROKER = _RESP.MetadataResponseBroker
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-def _silent_nodes(ctx: KilnContext) -> frozenset[int]:
-    """Decided once per request, not once per partition."""
-    return frozenset(n.node_id for n in ctx.cluster.brokers() if ctx.cluster.silent(n.node_id))
+@dataclass(frozen=True, slots=True)
+class _Leaders:
+    """Which nodes may be named as leaders in this answer, decided once per request: the
+    brokers it lists (a node that joined while the request was handled, say while a topic
+    was created, is not among them, and a client told of a leader it has no address for
+    cannot send to it) and are not silent."""
+
+    listed: frozenset[int]
+    silent: frozenset[int]
+
+    def can_lead(self, node: int) -> bool:
+        return node in self.listed and node not in self.silent
 
 
-def _topic_entry(ctx: KilnContext, config: TopicConfig, silent: frozenset[int]) -> Message:
+def _leaders(ctx: KilnContext, brokers: dict[int, tuple[str, int]]) -> _Leaders:
+    return _Leaders(frozenset(brokers), frozenset(
+        n.node_id for n in ctx.cluster.brokers() if ctx.cluster.silent(n.node_id)))
+
+
+def _topic_entry(ctx: KilnContext, config: TopicConfig, leaders: _Leaders) -> Message:
     partitions = []
     for p in range(config.partitions):
         node = ctx.cluster.leader(TopicPartition(config.name, p))
-        if node in silent:
+        if not leaders.can_lead(node):
             # As Kafka reports an offline partition: clients ask again soon, and find the
-            # node that takes it over as soon as the silent one is declared dead.
+            # node that takes it over as soon as the silent one is declared dead (or the
+            # new node among the brokers).
             partitions.append(_PARTITION(
                 error_code=int(ErrorCode.LEADER_NOT_AVAILABLE), partition_index=p,
                 leader_id=-1, leader_epoch=0, replica_nodes=[node], isr_nodes=[],
@@ -48,12 +64,11 @@ def _error_entry(name: str | None, topic_id: uuid.UUID | None, code: ErrorCode) 
                   is_internal=False, partitions=[])
 
 
-async def _requested(ctx: KilnContext, request: Request) -> list[Message]:
+async def _requested(ctx: KilnContext, request: Request, leaders: _Leaders) -> list[Message]:
     body = request.body
     version = request.header.request_api_version
-    silent = _silent_nodes(ctx)
     if body.topics is None or (version == 0 and not body.topics):
-        return [_topic_entry(ctx, c, silent) for c in (await ctx.topics.all()).values()]
+        return [_topic_entry(ctx, c, leaders) for c in (await ctx.topics.all()).values()]
     allow_create = True if version < 4 else bool(body.allow_auto_topic_creation)
     entries = []
     by_id: dict[uuid.UUID, TopicConfig] | None = None
@@ -64,7 +79,7 @@ async def _requested(ctx: KilnContext, request: Request) -> list[Message]:
                 by_id = {c.uuid: c for c in (await ctx.topics.all()).values()}
             found = by_id.get(wanted.topic_id)
             missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            entries.append(_topic_entry(ctx, found, silent) if found else
+            entries.append(_topic_entry(ctx, found, leaders) if found else
                            _error_entry(None, wanted.topic_id, missing))
             continue
         try:
@@ -75,7 +90,7 @@ async def _requested(ctx: KilnContext, request: Request) -> list[Message]:
         except KafkaError as exc:
             entries.append(_error_entry(name, None, exc.error_code))
             continue
-        entries.append(_topic_entry(ctx, config, silent) if config else
+        entries.append(_topic_entry(ctx, config, leaders) if config else
                        _error_entry(name, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
     return entries
 
@@ -88,5 +103,5 @@ async def handle(ctx: KilnContext, request: Request) -> Message:
                  for node, (host, port) in brokers.items()],
         cluster_id=ctx.settings.cluster_id,
         controller_id=min(brokers),
-        topics=await _requested(ctx, request),
+        topics=await _requested(ctx, request, _leaders(ctx, brokers)),
     )

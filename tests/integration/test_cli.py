@@ -135,8 +135,10 @@ def test_kiln_dev_runs_all_three_other_commands_find_it_and_ctrl_c_stops_them(
         redis_port = int(banner[0].rsplit(":", 1)[1].split("/")[0])
         kafka_port = int(banner[1].split()[1].rsplit(":", 1)[1])
         producer = KafkaProducer(bootstrap_servers=f"127.0.0.1:{port}", acks=1)
-        metadata = producer.send(unique_topic, value=b"hello", partition=0).get(timeout=10)
-        producer.close()
+        try:
+            metadata = producer.send(unique_topic, value=b"hello", partition=0).get(timeout=10)
+        finally:
+            producer.close()
         # A second terminal: no flags
         status = run_kiln("status", unique_topic, "--json", env=home)
         recorded = state.exists()
