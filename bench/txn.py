@@ -74,8 +74,8 @@ def run_transactions(bootstrap: str, topic: str, args: argparse.Namespace) -> di
     commits.sort()
     return {"seconds": round(seconds, 3), "records_per_s": round(records / seconds),
             "transactions_per_s": round(args.transactions / seconds, 1),
-            "commit_ms_p50": round(percentile(commits, 50), 2),
-            "commit_ms_p99": round(percentile(commits, 99), 2)}
+            "commit_ms_p50": round(percentile(commits, 0.5), 2),
+            "commit_ms_p99": round(percentile(commits, 0.99), 2)}
 
 
 def measure(target: str, args: argparse.Namespace, workdir: Path, broker: Broker
