@@ -51,13 +51,12 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
 from storage import redis_pool
 from storage.errors import BufferUnavailable, Fenced, PartitionLost
 from storage.model import Reliability, StoredBatch, TopicPartition
-from storage.redis_pool import REDIS_FAILURES, RedisClient
+from storage.redis_pool import REDIS_FAILURES, RedisClient, pipe_script, run_scripts
 from wire.batch import read_header
 from wire.errors import ErrorCode
 
@@ -621,33 +620,10 @@ class LogQueue:
             calls.append((partition_keys(req.tp, "log", "meta", "pids", "leader", "txns",
                                          "open"), args))
         try:
-            replies = await self._run_all(self._append, calls)
+            replies = await run_scripts(self._redis, self._append, calls)
         except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         return [_append_result(reply) for reply in replies]
-
-    async def _run_all(self, script: AsyncScript,
-                       calls: Sequence[tuple[list[str], Sequence[bytes | int | str]]]
-                       ) -> list[Any]:
-        """Run one script per call in a single round trip.
-
-        redis-py's pipelines ask SCRIPT EXISTS before every execute (an extra round trip on
-        the produce path), so scripts go out as plain EVALSHA and are loaded only when Redis
-        answers NOSCRIPT (after a restart or SCRIPT FLUSH)."""
-        if len(calls) == 1:
-            keys, args = calls[0]
-            return [await script(keys=keys, args=args)]
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for keys, args in calls:
-                _pipe_script(pipe, script.sha, keys, *args)
-            replies: list[Any] = await pipe.execute(raise_on_error=False)
-        for i, reply in enumerate(replies):
-            if isinstance(reply, NoScriptError):
-                keys, args = calls[i]
-                replies[i] = await script(keys=keys, args=args)  # loads it, then runs it
-            elif isinstance(reply, Exception):
-                raise reply
-        return replies
 
     async def read(self, tp: TopicPartition, limit_bytes: int, max_batches: int = 1000,
                    from_offset: int | None = None) -> QueueRead:
@@ -674,7 +650,7 @@ class LogQueue:
             async with self._redis.pipeline(transaction=False) as pipe:
                 stream = partition_key(tp, "log")
                 pipe.xrange(stream, "-", "+", count=1)
-                _pipe_script(pipe, self._read_range.sha, [stream], "-", 1, 1, from_offset)
+                pipe_script(pipe, self._read_range.sha, [stream], "-", 1, 1, from_offset)
                 oldest, (_, after) = await pipe.execute()
         except NoScriptError:
             return await self.peek_oldest(tp), next(iter(
@@ -702,7 +678,7 @@ class LogQueue:
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
                 pipe.xrevrange(key, f"{offset}-1", "-", count=1)
-                _pipe_script(pipe, self._read_range.sha, [key], f"{offset}-1", limit_bytes,
+                pipe_script(pipe, self._read_range.sha, [key], f"{offset}-1", limit_bytes,
                              _READ_BATCHES)
                 pipe.xrange(key, "-", "+", count=1)
                 pipe.hgetall(partition_key(tp, "meta"))
@@ -844,7 +820,7 @@ class LogQueue:
             for tp in tps
         ]
         try:
-            replies = await self._run_all(self._deliver, calls)
+            replies = await run_scripts(self._redis, self._deliver, calls)
         except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         return {tp: DeliverResult(int(mark), int(dropped), _text(incarnation))
@@ -943,12 +919,6 @@ class LogQueue:
             await self._release(keys=partition_keys(tp, "lease", "writer"), args=[owner])
         except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
-
-
-def _pipe_script(pipe: Any, sha: str, keys: Sequence[str], *args: bytes | int | str) -> None:
-    """Queue EVALSHA on a pipeline. (redis-py refuses `pipe.evalsha` on a cluster client;
-    the command itself goes to the master of its keys' slot like any other.)"""
-    pipe.execute_command("EVALSHA", sha, len(keys), *keys, *args)
 
 
 async def _stale_producer_chunks(redis: RedisClient, key: str, silent_since_ms: int,

@@ -26,6 +26,7 @@ only database 0.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, TypeAlias
 from urllib.parse import unquote, urlsplit
 
@@ -34,8 +35,9 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
+from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 SENTINEL_SCHEME = "redis+sentinel://"
 CLUSTER_SCHEME = "redis+cluster://"
@@ -135,3 +137,38 @@ async def close(client: RedisClient) -> None:
     if isinstance(pool, SentinelConnectionPool):
         for sentinel in pool.sentinel_manager.sentinels:
             await sentinel.aclose()
+
+
+ScriptCall: TypeAlias = tuple[list[str], Sequence[bytes | int | str]]
+
+
+def pipe_script(pipe: Any, sha: str, keys: Sequence[str], *args: bytes | int | str) -> None:
+    """Queue EVALSHA on a pipeline. (redis-py refuses `pipe.evalsha` on a cluster client;
+    the command itself goes to the master of its keys' slot like any other.)"""
+    pipe.execute_command("EVALSHA", sha, len(keys), *keys, *args)
+
+
+async def run_scripts(redis: RedisClient, script: AsyncScript, calls: Sequence[ScriptCall]
+                      ) -> list[Any]:
+    """Run one script per call (keys, args) in a single round trip, on one connection
+    however many calls there are.
+
+    redis-py's pipelines ask SCRIPT EXISTS before every execute (an extra round trip on the
+    produce path), so scripts go out as plain EVALSHA and are loaded only when Redis answers
+    NOSCRIPT (after a restart or SCRIPT FLUSH). Raises what Redis raised."""
+    if not calls:
+        return []
+    if len(calls) == 1:
+        keys, args = calls[0]
+        return [await script(keys=keys, args=args)]
+    async with redis.pipeline(transaction=False) as pipe:
+        for keys, args in calls:
+            pipe_script(pipe, script.sha, keys, *args)
+        replies: list[Any] = await pipe.execute(raise_on_error=False)
+    for i, reply in enumerate(replies):
+        if isinstance(reply, NoScriptError):
+            keys, args = calls[i]
+            replies[i] = await script(keys=keys, args=args)  # loads it, then runs it
+        elif isinstance(reply, Exception):
+            raise reply
+    return replies

@@ -144,7 +144,7 @@ class TransactionCoordinator:
                 partitions=[(tp.topic, tp.partition) for tp in tps], now=self._clock_ms())
 
         async def register(state: TxnState) -> ErrorCode:
-            codes = await asyncio.gather(*(self._register(tp, state) for tp in tps))
+            codes = await self._register(list(dict.fromkeys(tps)), state)
             return next((c for c in codes if c is not ErrorCode.NONE), ErrorCode.NONE)
 
         return (await self._handle(transactional_id, decide, then=register)).error
@@ -279,9 +279,9 @@ class TransactionCoordinator:
         now = self._clock_ms()
         marker = build_marker(decided.producer_id, decided.producer_epoch, commit=commit,
                               timestamp_ms=now)
-        await asyncio.gather(*(self._mark(TopicPartition(topic, partition), decided, commit,
-                                          marker, now)
-                               for topic, partition in sorted(decided.partitions)))
+        await self._mark([TopicPartition(topic, partition)
+                          for topic, partition in sorted(decided.partitions)],
+                         decided, commit, marker, now)
         for group_id in sorted(decided.groups):
             committed = await self._participants.end_at_group(
                 group_id, decided.producer_id, decided.producer_epoch, decided.number,
@@ -303,32 +303,50 @@ class TransactionCoordinator:
         if self._ended is not None:
             self._ended.transaction_ended(commit, cause)
 
-    async def _mark(self, tp: TopicPartition, decided: TxnState, commit: bool, marker: bytes,
-                    now: int) -> None:
+    async def _mark(self, tps: list[TopicPartition], decided: TxnState, commit: bool,
+                    marker: bytes, now: int) -> None:
+        """The markers of every partition, in one round trip (and one more for the
+        partitions Redis had to start first)."""
         for _ in range(2):
-            written = await self._participants.write_marker(
-                tp, decided.producer_id, decided.producer_epoch, decided.number,
+            written = await self._participants.write_markers(
+                tps, decided.producer_id, decided.producer_epoch, decided.number,
                 commit=commit, marker=marker, now_ms=now)
-            if not written.needs_start:
+            # A partition deleted with its records since they joined the transaction has
+            # nothing left to end (and starting it would bring its keys back).
+            tps = await self._start_existing(
+                [tp for tp, w in zip(tps, written, strict=True) if w.needs_start])
+            if not tps:
                 return
-            if not await self._partitions.has_partition(tp):
-                # Deleted with its records since they joined the transaction: nothing is
-                # left there to end (and starting it would bring its keys back).
-                return
-            await self._starts.start(tp)
-        raise _Unfinished(f"{tp.topic}/{tp.partition} keeps being lost by Redis")
+        raise _Unfinished(f"{len(tps)} partitions keep being lost by Redis")
 
-    async def _register(self, tp: TopicPartition, state: TxnState) -> ErrorCode:
+    async def _register(self, tps: list[TopicPartition], state: TxnState) -> list[ErrorCode]:
+        """Register the transaction at every partition, in one round trip (and one more
+        for the partitions Redis had to start first)."""
+        codes: dict[TopicPartition, ErrorCode] = {}
+        pending = tps
         for _ in range(2):
-            code = await self._participants.register(
-                tp, state.producer_id, state.producer_epoch, state.number,
+            found = await self._participants.register(
+                pending, state.producer_id, state.producer_epoch, state.number,
                 state.transactional_id)
-            if code is not None:
-                return code
-            if not await self._partitions.has_partition(tp):
-                return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            await self._starts.start(tp)
-        return ErrorCode.CONCURRENT_TRANSACTIONS
+            unknown = [tp for tp, code in zip(pending, found, strict=True) if code is None]
+            codes.update((tp, code) for tp, code in zip(pending, found, strict=True)
+                         if code is not None)
+            pending = await self._start_existing(unknown)
+            codes.update((tp, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                         for tp in unknown if tp not in pending)
+            if not pending:
+                break
+        codes.update((tp, ErrorCode.CONCURRENT_TRANSACTIONS) for tp in pending)
+        return [codes[tp] for tp in tps]
+
+    async def _start_existing(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        """Start those of `tps` that still exist in Redis; returns them."""
+        started = []
+        for tp in tps:
+            if await self._partitions.has_partition(tp):
+                await self._starts.start(tp)
+                started.append(tp)
+        return started
 
     # -- timeouts and unfinished decisions -----------------------------------------------------
 

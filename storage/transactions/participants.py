@@ -14,8 +14,9 @@ Cluster slot); the coordinator writes them directly, without the partition's lea
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from redis.typing import EncodableT
 
@@ -25,7 +26,7 @@ from storage.groups.snapshot import offset_from_json, offset_to_json
 from storage.groups.store import GROUPS_KEY, group_key, offset_field, offset_partition
 from storage.log_queue import RUN_ID_LUA, partition_keys
 from storage.model import Reliability, TopicPartition
-from storage.redis_pool import REDIS_FAILURES, RedisClient
+from storage.redis_pool import REDIS_FAILURES, RedisClient, ScriptCall, run_scripts
 from wire.errors import ErrorCode
 
 # KEYS: meta, txns. ARGV: producer id, epoch, transaction number, transactional id.
@@ -215,33 +216,33 @@ class TransactionParticipants:
         self._stage_offsets = redis.register_script(_STAGE_OFFSETS)
         self._group_marker = redis.register_script(_GROUP_MARKER)
 
-    async def register(self, tp: TopicPartition, producer_id: int, epoch: int, number: int,
-                       transactional_id: str) -> ErrorCode | None:
-        """Let the producer's transaction `number` append to `tp`; None when the partition
-        must be started first."""
+    async def register(self, tps: Sequence[TopicPartition], producer_id: int, epoch: int,
+                       number: int, transactional_id: str) -> list[ErrorCode | None]:
+        """Let the producer's transaction `number` append to each of `tps` (one round trip
+        for them all); per partition its code, None when it must be started first."""
+        calls: list[ScriptCall] = [
+            (partition_keys(tp, "meta", "txns"), [producer_id, epoch, number, transactional_id])
+            for tp in tps]
         try:
-            code = int(await self._register(keys=partition_keys(tp, "meta", "txns"),
-                                            args=[producer_id, epoch, number,
-                                                  transactional_id]))
+            codes = await run_scripts(self._redis, self._register, calls)
         except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
-        return None if code < 0 else ErrorCode(code)
+        return [None if int(code) < 0 else ErrorCode(int(code)) for code in codes]
 
-    async def write_marker(self, tp: TopicPartition, producer_id: int, epoch: int,
-                           number: int, *, commit: bool, marker: bytes, now_ms: int
-                           ) -> MarkerWritten:
+    async def write_markers(self, tps: Sequence[TopicPartition], producer_id: int, epoch: int,
+                            number: int, *, commit: bool, marker: bytes, now_ms: int
+                            ) -> list[MarkerWritten]:
+        """End transaction `number` at each of `tps`, in one round trip."""
+        calls: list[ScriptCall] = [
+            (partition_keys(tp, "log", "meta", "txns", "open", "aborted", "pids"),
+             [producer_id, epoch, number, int(commit), marker, now_ms,
+              int(Reliability.RELIABLE_PERSISTENT)])
+            for tp in tps]
         try:
-            reply = await self._write_marker(
-                keys=partition_keys(tp, "log", "meta", "txns", "open", "aborted", "pids"),
-                args=[producer_id, epoch, number, int(commit), marker, now_ms,
-                      int(Reliability.RELIABLE_PERSISTENT)])
+            replies = await run_scripts(self._redis, self._write_marker, calls)
         except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
-        if int(reply[0]) < 0:
-            return MarkerWritten(needs_start=True)
-        if int(reply[0]) == 0:
-            return MarkerWritten()
-        return MarkerWritten(marker_offset=int(reply[1]), first_offset=int(reply[2]))
+        return [_marker_written(reply) for reply in replies]
 
     # -- consumer groups -------------------------------------------------------------------
 
@@ -294,3 +295,11 @@ class TransactionParticipants:
         except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         return {offset_partition(field) for raw in held for field in json.loads(raw)["o"]}
+
+
+def _marker_written(reply: Sequence[Any]) -> MarkerWritten:
+    if int(reply[0]) < 0:
+        return MarkerWritten(needs_start=True)
+    if int(reply[0]) == 0:
+        return MarkerWritten()
+    return MarkerWritten(marker_offset=int(reply[1]), first_offset=int(reply[2]))

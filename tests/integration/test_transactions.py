@@ -225,17 +225,17 @@ def test_markers_and_registrations_are_idempotent_per_transaction(
 
     async def scenario() -> tuple[object, ...]:
         # Given a producer's transaction 1 registered at a partition (twice: a retry)
-        first = await participants.register(tp, 7, 0, 1, "tid")
-        again = await participants.register(tp, 7, 0, 1, "tid")
+        first = (await participants.register([tp], 7, 0, 1, "tid"))[0]
+        again = (await participants.register([tp], 7, 0, 1, "tid"))[0]
         # When its marker is written twice (a coordinator resuming a half-done end)
-        written = await participants.write_marker(tp, 7, 0, 1, commit=True, marker=marker,
-                                                  now_ms=1)
-        rewritten = await participants.write_marker(tp, 7, 0, 1, commit=True, marker=marker,
-                                                    now_ms=1)
+        written = (await participants.write_markers([tp], 7, 0, 1, commit=True, marker=marker,
+                                                    now_ms=1))[0]
+        rewritten = (await participants.write_markers([tp], 7, 0, 1, commit=True,
+                                                      marker=marker, now_ms=1))[0]
         # ... and a late registration of that ended transaction, and one at an older epoch
-        late = await participants.register(tp, 7, 0, 1, "tid")
-        await participants.register(tp, 7, 3, 2, "tid")
-        older = await participants.register(tp, 7, 2, 3, "tid")
+        late = (await participants.register([tp], 7, 0, 1, "tid"))[0]
+        await participants.register([tp], 7, 3, 2, "tid")
+        older = (await participants.register([tp], 7, 2, 3, "tid"))[0]
         return first, again, written, rewritten, late, older
 
     first, again, written, rewritten, late, older = kiln.call(scenario())
@@ -493,3 +493,23 @@ def test_an_idle_transactional_id_expires_and_its_next_producer_gets_a_new_id(
     assert again_idle[0] == ErrorCode.NONE and again_idle[1] != idle_pid
     assert again_idle[2] == 0
     assert {s.transactional_id for s in listed} == {"idle", "busy"}
+
+
+def test_a_transaction_over_many_partitions_commits(kiln: RunningKiln, unique_topic: str
+                                                    ) -> None:
+    # Given a topic with more partitions than Kiln has Redis connections for one request
+    wide = f"{unique_topic}-wide"
+    admin = AdminClient({"bootstrap.servers": kiln.bootstrap})
+    admin.create_topics([NewTopic(wide, 200, 1)])[wide].result(30)
+    # When one transaction writes to every partition and commits
+    producer = transactional_producer(kiln)
+    producer.begin_transaction()
+    for p in range(200):
+        producer.produce(wide, f"w{p}".encode(), partition=p)
+    producer.flush(30)
+    producer.commit_transaction(30)
+    # Then every record is read committed
+    read = read_to_end(kiln.bootstrap, wide, 200, "read_committed", expected=200, timeout_s=30)
+    assert sorted(v for values in read.values() for _, v in values) == sorted(
+        f"w{p}" for p in range(200))
+
