@@ -91,7 +91,9 @@ ANSWER_TIMEOUT_S = 30
 KILN_SETTINGS = {"harden_delay_ms": 100, "group_initial_rebalance_delay_ms": 50,
                  "group_min_session_timeout_ms": 1000, "group_max_session_timeout_ms": 10_000,
                  "group_consumer_heartbeat_interval_ms": 300,
-                 "group_consumer_session_timeout_ms": 3000}
+                 "group_consumer_session_timeout_ms": 3000,
+                 # The transaction APIs are fuzzed where they are served, not refused.
+                 "transactions_enabled": True}
 
 # A Produce below v3 closes the connection (magic-2 batches only, as Kafka 4).
 PRODUCE_CLOSES_BELOW = CLIENT_APIS[ApiKey.PRODUCE].lowest_handled
