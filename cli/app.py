@@ -26,6 +26,8 @@ from storage.groups.model import MembershipSettings
 from storage.groups.store import GroupStore
 from storage.hardener import Hardener, HardenerSettings
 from storage.kafka.client import KafkaClient
+from storage.lane import HardeningLane, LaneSettings
+from storage.lane_store import LANE, LaneStore
 from storage.leadership import Leadership
 from storage.log_queue import LogQueue
 from storage.nodes import AUTO_NODE_ID, Membership, NodeIdTaken, NodeSettings
@@ -121,7 +123,16 @@ class KilnApp:
             TxnStore(self.queue.redis), TransactionParticipants(self.queue.redis),
             self.catalog.starts, self.catalog, ProducerIds(self.queue.redis),
             coordinates=self.leadership.coordinates_transactions,
+            lane=LaneStore(self.queue.redis),
             offsets_listener=self.delivery, ended=self.metrics)
+            if settings.transactions_enabled else None)
+        # Partitions that carry transactions are hardened together, by one node.
+        self.lane = (HardeningLane(
+            self.queue, LaneStore(self.queue.redis), self.catalog, self.kafka, self.delay,
+            self.waiters, LaneSettings(owner=owner), subscriptions, self.hardener.counters,
+            runs_here=lambda: self.leadership.runs_lane(LANE),
+            buffer_fill=lambda: self.budget.fill,
+            live_owners=lambda: [n.incarnation for n in self.membership.live_nodes()])
             if settings.transactions_enabled else None)
         appends = AppendSignals()
         appends.add_listener(self.hardener.appended)
@@ -197,6 +208,8 @@ class KilnApp:
         self.budget.start()
         self.delay_control.start()
         self.hardener.start()
+        if self.lane is not None:
+            self.lane.start()
         if self.transactions is not None:
             self.transactions.start()
         if self.http is not None:
@@ -281,6 +294,8 @@ class KilnApp:
         await self.groups.stop()
         if self.transactions is not None:
             await self.transactions.stop()
+        if self.lane is not None:
+            await self.lane.stop()
         await self.hardener.stop()
         await self.delay_control.stop()
         await self.budget.stop()

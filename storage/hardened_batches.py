@@ -54,6 +54,7 @@ def iter_hardened_batches(
     base_sequence: int,
     max_batch_bytes: int,
     kafka_end: int | None = None,
+    transactional: bool = False,
 ) -> Iterator[HardenedBatch]:
     """The batches that harden the records of client batches at or above Kiln offset
     `skip_below`, in order, one at a time (sending can start before the last one is built).
@@ -81,17 +82,21 @@ def iter_hardened_batches(
     client sends a batch that compression would not shrink uncompressed, so an uncompressed
     source does not mean the client wants none). Every batch is stamped with the
     producer and consecutive sequences.
+
+    `transactional` batches are written inside a Kafka transaction (the hardening lane's):
+    each is marked so, and every record carries a header, since the commit markers Kafka
+    puts between passes take offsets of their own.
     """
     sequence = base_sequence % SEQUENCE_MODULUS
     # The Kiln offset that keeps Kafka offset = Kiln offset; None once that is lost.
-    aligned_next = kafka_end
+    aligned_next = None if transactional else kafka_end
     pending: list[tuple[int, bytes]] = []  # sources to re-encode, all in one lineage
     pending_headed = False
 
     def flush() -> Iterator[HardenedBatch]:
         nonlocal sequence
         for built in _reencoded(pending, skip_below, pending_headed, producer_id,
-                                producer_epoch, sequence, max_batch_bytes):
+                                producer_epoch, sequence, max_batch_bytes, transactional):
             sequence = (sequence + built.record_count) % SEQUENCE_MODULUS
             yield built
         pending.clear()
@@ -137,7 +142,7 @@ def iter_hardened_batches(
 
 def _reencoded(sources: Sequence[tuple[int, bytes]], skip_below: int, kiln_headers: bool,
                producer_id: int, producer_epoch: int, base_sequence: int,
-               max_batch_bytes: int) -> Iterator[HardenedBatch]:
+               max_batch_bytes: int, transactional: bool = False) -> Iterator[HardenedBatch]:
     """Decode the records of checked client batches and build them into new batches, each
     record with a `kiln.offset` header when `kiln_headers`."""
     sequence = base_sequence
@@ -168,7 +173,8 @@ def _reencoded(sources: Sequence[tuple[int, bytes]], skip_below: int, kiln_heade
                 sequence = (sequence + count) % SEQUENCE_MODULUS
             codec = header.compression
             builder = BatchBuilder(max_batch_bytes, producer_id=producer_id,
-                                   producer_epoch=producer_epoch, base_sequence=sequence)
+                                   producer_epoch=producer_epoch, base_sequence=sequence,
+                                   transactional=transactional)
             append = builder.append
             # The first record always fits, however large.
             append(0, record.timestamp, record.key, record.value, headers)

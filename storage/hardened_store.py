@@ -11,7 +11,8 @@ its abort marker (which takes one Kafka offset) carries the new epoch to the lea
 refuses the zombie from then on; the next InitProducerId waits for that marker. Then the
 tail of the partition is read: the Kiln offset of its last record tells where to resume,
 and sequence numbers start again at 0 under the newest epoch. No data is ever written in a
-transaction.
+transaction here; the tail is still read as read_committed readers see it, because the
+hardening lane writes in Kafka transactions and an aborted one leaves its records behind.
 
 A hardened record's Kiln offset is its `kiln.offset` header, or its Kafka offset when it has
 none (wire.lineage). The writer tracks the partition's next Kafka offset: while it
@@ -50,7 +51,6 @@ from storage.kafka.client import EARLIEST, KafkaClient, PartitionSender, Produce
 from storage.model import StoredBatch
 from wire.apis import Message
 from wire.errors import ErrorCode, KafkaError
-from wire.records import record_set_end
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class WriteResult:
 NOTHING_WRITTEN = WriteResult(None, 0, 0, 0, None, None)
 
 
-class _Progress:
+class SendProgress:
     """Tallies of one write, as the broker acknowledges it."""
 
     def __init__(self, kafka_end: int) -> None:
@@ -266,73 +266,89 @@ class HardenedPartitionWriter:
         )
 
     async def _send_all(self, sender: PartitionSender, built: Iterator[HardenedBatch]
-                        ) -> _Progress:
-        """Send batches as they are built, one per request (Apache Kafka refuses Produce v3+
-        requests holding more than one batch per partition), up to max_in_flight at once;
-        encoding the next batch overlaps with the broker storing the last ones."""
-        progress = _Progress(self._kafka_end)
-        in_flight: collections.deque[tuple[asyncio.Future[Message], HardenedBatch]] = (
-            collections.deque()
-        )
-        try:
-            for batch in built:
-                while len(in_flight) >= self._max_in_flight:
-                    answer, sent = in_flight.popleft()
-                    progress.acknowledged(await sender.result(answer), sent)
-                in_flight.append((sender.send(batch.data, timeout_ms=self._produce_timeout_ms),
-                                  batch))
-                await sender.drain()
-                # Building a batch holds the event loop for milliseconds; let others run.
-                await asyncio.sleep(0)
-            while in_flight:
+                        ) -> SendProgress:
+        return await send_batches(sender, built, SendProgress(self._kafka_end),
+                                  max_in_flight=self._max_in_flight,
+                                  timeout_ms=self._produce_timeout_ms)
+
+
+async def send_batches(sender: PartitionSender, built: Iterator[HardenedBatch],
+                       progress: SendProgress, *, max_in_flight: int, timeout_ms: int,
+                       transactional_id: str | None = None) -> SendProgress:
+    """Send batches as they are built, one per request (Apache Kafka refuses Produce v3+
+    requests holding more than one batch per partition), up to max_in_flight at once;
+    encoding the next batch overlaps with the broker storing the last ones."""
+    in_flight: collections.deque[tuple[asyncio.Future[Message], HardenedBatch]] = (
+        collections.deque()
+    )
+    try:
+        for batch in built:
+            while len(in_flight) >= max_in_flight:
                 answer, sent = in_flight.popleft()
                 progress.acknowledged(await sender.result(answer), sent)
-        except asyncio.CancelledError:
-            for answer, _ in in_flight:
-                answer.cancel()
-            raise
-        finally:
-            # After a failure, wait out what is still in flight: once the broker has answered
-            # it (or the connection is gone), recovery's fetch, which goes after it on the
-            # same connection, sees all of it.
-            if in_flight:
-                await asyncio.gather(*(answer for answer, _ in in_flight),
-                                     return_exceptions=True)
-        return progress
+            in_flight.append((sender.send(batch.data, timeout_ms=timeout_ms,
+                                          transactional_id=transactional_id), batch))
+            await sender.drain()
+            # Building a batch holds the event loop for milliseconds; let others run.
+            await asyncio.sleep(0)
+        while in_flight:
+            answer, sent = in_flight.popleft()
+            progress.acknowledged(await sender.result(answer), sent)
+    except asyncio.CancelledError:
+        for answer, _ in in_flight:
+            answer.cancel()
+        raise
+    finally:
+        # After a failure, wait out what is still in flight: once the broker has answered
+        # it (or the connection is gone), recovery's fetch, which goes after it on the
+        # same connection, sees all of it.
+        if in_flight:
+            await asyncio.gather(*(answer for answer, _ in in_flight),
+                                 return_exceptions=True)
+    return progress
 
 
 async def tail_position(client: KafkaClient, topic: str, partition: int
                         ) -> tuple[int | None, int]:
-    """(the Kiln offset after the last data record in a Kafka partition, or None if it
-    holds none; the partition's high watermark), looking further back (in growing windows)
-    past batches that hold no data record (transaction markers)."""
-    high_watermark = end = await client.high_watermark(topic, partition)
+    """(the Kiln offset after the last committed data record in a Kafka partition, or None
+    if it holds none; the partition's high watermark, where the next write lands), looking
+    further back (in growing windows) past batches that hold no such record.
+
+    The partition is read as a read_committed consumer reads it. A lane transaction that
+    was aborted (its writer crashed) leaves records in the log that were not hardened: they
+    are written again later, and their Kiln offsets must not count as written. Records past
+    the last stable offset belong to a transaction not yet decided, so not hardened yet
+    either. Transaction markers (a fence's abort marker too) hold no data record."""
+    ends = await client.partition_ends(topic, partition)
+    stable = end = ends.last_stable_offset
     span = 1
     while end > 0:
         start = max(0, end - span)
         found, log_start = await _last_kiln_offset_in(client, topic, partition, start, end)
         if found is not None:
-            return found + 1, high_watermark
+            return found + 1, ends.high_watermark
         if start <= log_start:
-            return None, high_watermark
-        if high_watermark - start >= _MAX_LOOK_BACK_RECORDS:
-            log.warning("%s[%d]: no data record in the last %d offsets; treating the "
-                        "partition as holding none", topic, partition, high_watermark - start)
-            return None, high_watermark
+            return None, ends.high_watermark
+        if stable - start >= _MAX_LOOK_BACK_RECORDS:
+            log.warning("%s[%d]: no committed data record in the last %d offsets below the "
+                        "last stable offset; treating the partition as holding none", topic,
+                        partition, stable - start)
+            return None, ends.high_watermark
         end = start
         span *= _TAIL_WINDOW_GROWTH
-    return None, high_watermark
+    return None, ends.high_watermark
 
 
 async def _last_kiln_offset_in(client: KafkaClient, topic: str, partition: int, start: int,
                                end: int) -> tuple[int | None, int]:
-    """(largest Kiln offset in the batches covering [start, end), log start offset)."""
+    """(largest Kiln offset in the committed batches covering [start, end), log start
+    offset)."""
     best: int | None = None
     log_start = 0
     position = start
     max_bytes = _TAIL_FETCH_BYTES
     while position < end:
-        result = await client.fetch(topic, partition, position, max_bytes)
+        result = await client.fetch_committed(topic, partition, position, max_bytes)
         if result.log_start_offset >= 0:
             log_start = result.log_start_offset
         if result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -344,15 +360,15 @@ async def _last_kiln_offset_in(client: KafkaClient, topic: str, partition: int, 
                 )
             position = log_start
             continue
-        after = record_set_end(result.records)
+        after = result.next_fetch_offset  # past the batches left out too
         if after is None:
-            if result.records and max_bytes < _MAX_TAIL_FETCH_BYTES:
+            if result.fetched and max_bytes < _MAX_TAIL_FETCH_BYTES:
                 max_bytes *= 4  # one batch larger than the fetch size
                 continue
-            if position < result.high_watermark:
+            if position < result.last_stable_offset:
                 raise HardenedStoreUnavailable(
                     f"{topic}[{partition}]: no records at {position} below the "
-                    f"high watermark {result.high_watermark}"
+                    f"last stable offset {result.last_stable_offset}"
                 )
             break
         if after <= position:

@@ -45,7 +45,7 @@ from storage.hardened_store import NOTHING_WRITTEN, Fence, HardenedPartitionWrit
 from storage.kafka.client import KafkaClient
 from storage.log_queue import Lease, LogQueue, PartitionState
 from storage.model import Reliability, StoredBatch, TopicPartition
-from storage.operator_requests import flush_requests
+from storage.operator_requests import flush_requests, request_flush
 from storage.policy.delay import due_prefix
 from storage.policy.hardening_pass import PassView, plan_pass, plan_release
 from storage.policy.observer import DelayObserver
@@ -163,11 +163,15 @@ class Hardener:
         await self._scan_topics()
         targets = [tp for tp in self._tasks
                    if (topics is None or tp.topic in topics) and self._leads(tp)]
-        goals = {tp: state.next_offset
-                 for tp, state in zip(targets, await self._queue.states(targets), strict=True)}
+        at_call = dict(zip(targets, await self._queue.states(targets), strict=True))
+        goals = {tp: state.next_offset for tp, state in at_call.items()}
         for tp, goal in goals.items():
             self._flush_goal[tp] = max(self._flush_goal.get(tp, 0), goal)
             self._wakeup(tp).set()
+        # The hardening lane's partitions are asked of the lane, wherever it runs. (An open
+        # transaction holds a partition's flush back until it ends.)
+        await request_flush(self._queue.redis, {tp: goals[tp] for tp, state in at_call.items()
+                                                if state.in_lane})
         while goals:
             states = await self._queue.states(list(goals))
             goals = {tp: goal for (tp, goal), state in zip(goals.items(), states, strict=True)
@@ -274,6 +278,14 @@ class Hardener:
                             await wakeup.wait()
                     continue
                 wakeup.clear()
+                if (await self._queue.in_lane([tp]))[0]:
+                    # A transaction registered here: the hardening lane has it from now on.
+                    if writer is not None:
+                        writer = None
+                        await self._queue.release_lease(tp, self._settings.owner)
+                        log.info("%s/%d: handed to the hardening lane", tp.topic, tp.partition)
+                    await asyncio.sleep(idle_s)
+                    continue
                 wait_s = await self._until_due(tp, decided_below, idle_s)
                 if wait_s > 0:
                     with contextlib.suppress(TimeoutError):
@@ -407,7 +419,7 @@ class Hardener:
             decided_below=decided_below, delivered_below=state.delivered_offset,
             skip_delivered=policy is not HardenPolicy.ALL,
             subscribed=await self._subscribed(tp.topic, due), head_held=head_held),
-            lambda batch: _hardens(batch, policy))
+            lambda batch: hardens(batch, policy))
         result = NOTHING_WRITTEN
         if plan.to_write:
             started = time.monotonic()
@@ -502,7 +514,7 @@ class Hardener:
         return bool(await self._subscriptions.groups(topic, fresh=True))
 
 
-def _hardens(batch: StoredBatch, policy: HardenPolicy) -> bool:
+def hardens(batch: StoredBatch, policy: HardenPolicy) -> bool:
     """Persistent batches are hardened unless the topic says never; an assured batch always
     is (unless delivered): its producer waits to be told it is safe, and the topic may have
     been set to never only after it was appended."""

@@ -106,6 +106,10 @@ def transaction_placement_key(transactional_id: str) -> str:
     return f"transaction {transactional_id}"
 
 
+def lane_placement_key(lane: str) -> str:
+    return f"hardening lane {lane}"
+
+
 class NodesView(Protocol):
     """What Leadership needs of this process's membership (storage.nodes.Membership)."""
 
@@ -173,6 +177,10 @@ class Leadership:
 
     def coordinates_transactions(self, transactional_id: str) -> bool:
         return self.transaction_coordinator(transactional_id) == self._nodes.node_id
+
+    def runs_lane(self, lane: str) -> bool:
+        """Whether this node runs the hardening lane `lane` (storage/lane.py)."""
+        return self._placed(lane_placement_key(lane)) == self._nodes.node_id
 
     def _placed(self, key: str) -> int:
         placed = place(key, self._nodes.live_ids())

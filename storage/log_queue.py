@@ -35,6 +35,12 @@ Layout per partition (`{topic/partition}` is the hash tag):
                      records: the last stable offset is the lowest, or the high watermark
   kiln:{t/p}:aborted sorted set; "<producer id>:<first offset>" -> offset of the abort
                      marker: the aborted transactions a read_committed fetch lists
+  kiln:{t/p}:committed sorted set; "<producer id>:<number>:<first offset>:<marker offset>"
+                     -> first offset: committed transactions the hardening lane has not
+                     decided yet (storage/lane.py); nothing from the lowest on is dropped
+                     as delivered but by the lane, which writes a transaction whole or not
+  meta also holds lane=1 once a transaction registered in the partition: the hardening
+  lane hardens it from then on, not the partition's own hardener
 
 The log queue only ever loses a prefix (hardened or delivered batches), so buffered bytes
 are `appended` minus the first entry's `c`: every removal recounts them exactly, however
@@ -245,8 +251,9 @@ return b1 - b0
 # queue starts below the hardened mark: that region is held by the hardener (batches kept
 # until delivered, and those behind them), which releases it and counts what leaves.
 # Nothing at or past the first record of an open transaction (KEYS[4]) is dropped: whether
-# it is ever hardened is not decided yet. Returns {delivered mark, records dropped,
-# incarnation}.
+# it is ever hardened is not decided yet; nor of a committed one the hardening lane has not
+# decided (KEYS[5]): it is hardened whole unless every record of it, in every partition, is
+# delivered. Returns {delivered mark, records dropped, incarnation}.
 _DELIVER = _TRIM_PREFIX + """
 local log, meta, commits = KEYS[1], KEYS[2], KEYS[3]
 local next_offset = tonumber(redis.call('HGET', meta, 'next') or '0')
@@ -270,8 +277,10 @@ local head = first_entry(log)
 if ARGV[3] == '1' and head ~= nil
     and head >= tonumber(redis.call('HGET', meta, 'hardened') or '0') then
   local upto = delivered
-  local unstable = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
-  if #unstable > 0 then upto = math.min(upto, tonumber(unstable[2])) end
+  for k = 4, 5 do
+    local unstable = redis.call('ZRANGE', KEYS[k], 0, 0, 'WITHSCORES')
+    if #unstable > 0 then upto = math.min(upto, tonumber(unstable[2])) end
+  end
   local b0, b1, removed_bytes = trim_prefix(log, meta, upto)
   dropped = b1 - b0
   if dropped > 0 then
@@ -313,7 +322,7 @@ return {0, tonumber(redis.call('HGET', meta, 'deleted') or '0'), hardened, b1 - 
 # out. Returns 0 when another owner holds it, 1 when this owner does, 2 when this owner just
 # took it over from one that did not let go (crashed, or paused and maybe still in the
 # middle of a write).
-_LEASE = """
+LEASE_LUA = """
 local holder = redis.call('GET', KEYS[1])
 if holder ~= false and holder ~= ARGV[1] then
   local alive = #ARGV < 3
@@ -414,7 +423,7 @@ return removed
 """
 
 # Let go of the lease (KEYS[1]) after the last write was answered.
-_RELEASE = """
+RELEASE_LUA = """
 if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -490,6 +499,8 @@ class PartitionState:
     # DeleteRecords: nothing below it is served or hardened (0: never asked).
     deleted_offset: int = 0
     deleted_records: int = 0  # removed from the log queue by DeleteRecords
+    # A transaction registered here: the hardening lane hardens the partition (storage/lane.py).
+    in_lane: bool = False
 
     @property
     def start_offset(self) -> int:
@@ -514,6 +525,28 @@ class AbortedTransaction:
 
     producer_id: int
     first_offset: int
+    marker_offset: int = -1  # its abort marker
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedTransaction:
+    """A committed transaction with records in a partition that the hardening lane has not
+    decided yet."""
+
+    producer_id: int
+    number: int  # the transactional id's transaction number
+    first_offset: int
+    marker_offset: int
+    member: str  # as listed in Redis
+
+    @property
+    def key(self) -> str:
+        """The same in every partition the transaction has records in."""
+        return transaction_key(self.producer_id, self.number)
+
+
+def transaction_key(producer_id: int, number: int) -> str:
+    return f"{producer_id}.{number}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -561,7 +594,7 @@ class QueueRead:
 
 # Every key a partition has (the layout in the module's docstring).
 PARTITION_KEY_KINDS = ("log", "meta", "commits", "pids", "lease", "writer", "leader", "txns",
-                       "open", "aborted")
+                       "open", "aborted", "committed")
 
 
 def partition_key(tp: TopicPartition, kind: str) -> str:
@@ -578,8 +611,8 @@ class LogQueue:
     def __init__(self, redis: RedisClient) -> None:
         self._redis = redis
         self._append = redis.register_script(_APPEND)
-        self._lease = redis.register_script(_LEASE)
-        self._release = redis.register_script(_RELEASE)
+        self._lease = redis.register_script(LEASE_LUA)
+        self._release = redis.register_script(RELEASE_LUA)
         self._initialize = redis.register_script(_INITIALIZE)
         self._started = redis.register_script(_STARTED)
         self._read_range = redis.register_script(_READ_RANGE)
@@ -683,7 +716,8 @@ class LogQueue:
                 pipe.xrange(key, "-", "+", count=1)
                 pipe.hgetall(partition_key(tp, "meta"))
                 pipe.zrange(partition_key(tp, "open"), 0, 0, withscores=True)
-                pipe.zrangebyscore(partition_key(tp, "aborted"), offset, "+inf")
+                pipe.zrangebyscore(partition_key(tp, "aborted"), offset, "+inf",
+                                   withscores=True)
                 before, after, first, meta, unstable, aborted = await pipe.execute(
                     raise_on_error=False)
             if isinstance(after, NoScriptError):
@@ -713,7 +747,7 @@ class LogQueue:
         if unstable:
             stable = min(stable, max(state.deleted_offset, int(unstable[0][1])))
         return HotRead(batches, state, start, stable,
-                       [_aborted_transaction(member) for member in aborted])
+                       [_aborted_transaction(member, marker) for member, marker in aborted])
 
     async def start_offset(self, tp: TopicPartition) -> int:
         """The lowest offset the log queue still holds (the next offset when it is empty)."""
@@ -815,7 +849,7 @@ class LogQueue:
         One round trip for all partitions."""
         tps = list(offsets)
         calls: list[tuple[list[str], Sequence[bytes | int | str]]] = [
-            (partition_keys(tp, "log", "meta", "commits", "open"),
+            (partition_keys(tp, "log", "meta", "commits", "open", "committed"),
              [group, offsets[tp], int(drop[tp.topic]), *durable_groups[tp.topic]])
             for tp in tps
         ]
@@ -902,6 +936,41 @@ class LogQueue:
             raise BufferUnavailable(str(exc)) from exc
         return removed
 
+    async def in_lane(self, tps: Sequence[TopicPartition]) -> list[bool]:
+        """Which of `tps` the hardening lane hardens (a transaction registered there), in
+        one round trip."""
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for tp in tps:
+                    pipe.hget(partition_key(tp, "meta"), "lane")
+                return [bool(flag) for flag in await pipe.execute()]
+        except REDIS_FAILURES as exc:
+            raise BufferUnavailable(str(exc)) from exc
+
+    async def committed_transactions(self, tps: Sequence[TopicPartition]
+                                     ) -> list[list[CommittedTransaction]]:
+        """Per partition, its committed transactions the hardening lane has not decided, in
+        one round trip."""
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for tp in tps:
+                    pipe.zrange(partition_key(tp, "committed"), 0, -1)
+                replies = await pipe.execute()
+        except REDIS_FAILURES as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        return [[_committed_transaction(member) for member in members] for members in replies]
+
+    async def forget_committed(self, decided: Mapping[TopicPartition, Sequence[str]]) -> None:
+        """The hardening lane decided these transactions (members as listed)."""
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for tp, members in decided.items():
+                    if members:
+                        pipe.zrem(partition_key(tp, "committed"), *members)
+                await pipe.execute()
+        except REDIS_FAILURES as exc:
+            raise BufferUnavailable(str(exc)) from exc
+
     async def acquire_lease(self, tp: TopicPartition, owner: str, ttl_ms: int,
                             live_owners: Sequence[str] = ()) -> Lease:
         """Take or renew the partition's hardening lease; with `live_owners`, take it at once
@@ -947,9 +1016,15 @@ def _append_result(reply: Sequence[Any]) -> AppendResult:
     return AppendResult(ErrorCode.of(int(code)), int(base), bool(duplicate), _text(incarnation))
 
 
-def _aborted_transaction(member: bytes | str) -> AbortedTransaction:
+def _aborted_transaction(member: bytes | str, marker: float) -> AbortedTransaction:
     producer_id, first_offset = _text(member).split(":")
-    return AbortedTransaction(int(producer_id), int(first_offset))
+    return AbortedTransaction(int(producer_id), int(first_offset), int(marker))
+
+
+def _committed_transaction(member: bytes | str) -> CommittedTransaction:
+    text = _text(member)
+    producer_id, number, first, marker = text.split(":")
+    return CommittedTransaction(int(producer_id), int(number), int(first), int(marker), text)
 
 
 def _stored_batch(entry_id: Any, fields: Any) -> StoredBatch:
@@ -988,4 +1063,5 @@ def _partition_state(raw: Mapping[Any, Any]) -> PartitionState:
         incarnation=_text(raw.get(b"inc", b"")),
         deleted_offset=number(b"deleted"),
         deleted_records=number(b"deleted_records"),
+        in_lane=bool(number(b"lane")),
     )

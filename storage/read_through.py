@@ -8,6 +8,13 @@ hardened, so the first record at or above a wanted Kiln offset is found by binar
 Kafka batches, narrowed (for a consumer reading on, settled) by KilnPositions. Records come
 back rebuilt in Kiln offsets, as the hot tier serves them (storage.hardened_batches).
 
+Kafka is read as a read_committed consumer reads it: up to its last stable offset, without
+control batches (fence and transaction markers) and without the batches of aborted
+transactions. The hardening lane writes in Kafka transactions; one aborted by a crash leaves
+its records in the log, and the same records are written again, committed, later. Seen, they
+would be served twice, and break the rule that Kiln offsets increase along the partition
+that the search below relies on.
+
 Kafka failures surface as the storage layer's errors: HardenedStoreUnavailable (retriable)
 when Kafka cannot be reached, HardenedStoreRejected otherwise.
 
@@ -40,12 +47,18 @@ from storage.hardened_batches import (
     to_kiln_offsets,
 )
 from storage.hardened_store import Fence, HardenedPartitionWriter
-from storage.kafka.client import EARLIEST, FetchResult, KafkaClient
+from storage.kafka.client import (
+    EARLIEST,
+    READ_COMMITTED,
+    CommittedRead,
+    KafkaClient,
+    committed_read,
+)
 from storage.kiln_positions import KilnPositions
 from storage.model import TopicPartition
 from wire.errors import ErrorCode, KafkaError
 from wire.lineage import lineage_offset
-from wire.records import decode_records, record_set_end
+from wire.records import decode_records
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +109,7 @@ class _Earliest:
 @dataclass(frozen=True, slots=True)
 class _Probe:
     span: BatchSpan | None  # the first data batch ending at or after the probed offset
-    high_watermark: int
+    end: int  # the last stable offset: no committed record lies at or past it
     log_start: int
 
 
@@ -230,6 +243,8 @@ class ColdReader:
         fetch_bytes = max(1, min(max_bytes, self._max_fetch_bytes))
         for _ in range(_MAX_FETCHES_PER_READ):
             if position is None:
+                if await self._undecided_after_stable(tp):
+                    return ColdRead(b"", kiln_offset, earliest)  # ask again after it ends
                 return ColdRead(b"", None, earliest)
             result = await self._fetch(tp, position, fetch_bytes)
             if result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -245,13 +260,16 @@ class ColdReader:
                 return ColdRead(rebuilt.data, last.kiln_offset + 1, earliest)
             if rebuilt.full:  # not even one batch fits what is left of the response
                 return ColdRead(b"", kiln_offset, earliest)
-            if rebuilt.end_kafka_offset is not None:
-                position = rebuilt.end_kafka_offset
-            elif not result.records:
-                if position < result.high_watermark:
+            if result.next_fetch_offset is not None:
+                # Every whole batch was read through, the ones left out included.
+                position = result.next_fetch_offset
+            elif not result.fetched:
+                if position < result.last_stable_offset:
                     raise HardenedStoreUnavailable(
                         f"{tp.topic}[{tp.partition}]: no records at {position} below the "
-                        f"high watermark {result.high_watermark}")
+                        f"last stable offset {result.last_stable_offset}")
+                if result.last_stable_offset < result.high_watermark:
+                    return ColdRead(b"", kiln_offset, earliest)  # ask again after it ends
                 position = None
             elif fetch_bytes < self._max_fetch_bytes:
                 fetch_bytes = self._max_fetch_bytes  # one batch larger than the fetch size
@@ -330,12 +348,12 @@ class ColdReader:
                     best = LocatedRecord(record.offset,
                                          lineage_offset(record.headers, record.offset),
                                          record.timestamp)
-            end = record_set_end(result.records)
+            end = result.next_fetch_offset
             if end is None or end <= position:
-                if position < result.high_watermark:
+                if position < result.last_stable_offset:
                     raise HardenedStoreUnavailable(
                         f"{tp.topic}[{tp.partition}]: no records at {position} below the "
-                        f"high watermark {result.high_watermark}")
+                        f"last stable offset {result.last_stable_offset}")
                 break
             position = end
         return best
@@ -371,11 +389,14 @@ class ColdReader:
     async def delete_below(self, tp: TopicPartition, kiln_offset: int) -> None:
         """Delete from Kafka every record whose Kiln offset is below `kiln_offset`: Kafka's
         log start moves to the first record at or above it (into a batch, if one straddles
-        it), or to Kafka's end when it holds none. Safe to ask again."""
+        it), or to Kafka's last stable offset when it holds none. (Records past that belong
+        to a transaction still open: once committed, some may be at or above `kiln_offset`.)
+        Safe to ask again."""
         try:
             target = await self._kafka_offset_of(tp, kiln_offset)
             if target is None:
-                target = await self._client.high_watermark(tp.topic, tp.partition)
+                target = (await self._client.partition_ends(tp.topic, tp.partition)
+                          ).last_stable_offset
             low_watermark = await self._client.delete_records(tp.topic, tp.partition, target)
             log.info("%s/%d: records below Kiln offset %d deleted from Kafka (log start %d)",
                      tp.topic, tp.partition, kiln_offset, low_watermark)
@@ -400,12 +421,12 @@ class ColdReader:
                 if record.offset >= position and \
                         lineage_offset(record.headers, record.offset) >= kiln_offset:
                     return record.offset
-            end = record_set_end(result.records)
+            end = result.next_fetch_offset
             if end is None or end <= position:
-                if position < result.high_watermark:
+                if position < result.last_stable_offset:
                     raise HardenedStoreUnavailable(
                         f"{tp.topic}[{tp.partition}]: no records at {position} below the "
-                        f"high watermark {result.high_watermark}")
+                        f"last stable offset {result.last_stable_offset}")
                 return None
             position = end
         raise HardenedStoreUnavailable(
@@ -462,8 +483,8 @@ class ColdReader:
         for _ in range(_MAX_PROBES):
             probe = await self._probe(tp, probe_at)
             low = max(low, probe.log_start)
-            if bound is None or probe.high_watermark < bound:
-                bound = probe.high_watermark
+            if bound is None or probe.end < bound:
+                bound = probe.end
             span = probe.span
             if span is None:
                 bound = min(bound, probe_at)
@@ -485,11 +506,13 @@ class ColdReader:
         return found
 
     async def _probe(self, tp: TopicPartition, position: int) -> _Probe:
-        """The first data batch that ends at or after `position` (one fetch, more only past
-        control batches); what it shows of Kiln offsets is remembered."""
+        """The first committed data batch that ends at or after `position` (one fetch of one
+        batch, more only past control batches and aborted transactions' batches); what it
+        shows of Kiln offsets is remembered."""
+        fetch_bytes = _PROBE_BYTES
         for _ in range(_MAX_FETCHES_PER_READ):
             self.counters.probes += 1
-            result = await self._fetch(tp, position, _PROBE_BYTES)
+            result = await self._fetch(tp, position, fetch_bytes)
             log_start = max(result.log_start_offset, 0)
             if result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 # Kafka leaves the offsets out of an error answer: ask which end it was.
@@ -504,15 +527,18 @@ class ColdReader:
                 self._positions.learn(tp, span.last.kafka_offset, span.last.kiln_offset)
             for span in spans:
                 if span.last.kafka_offset >= position:
-                    return _Probe(span, result.high_watermark, log_start)
-            after = record_set_end(result.records)
+                    return _Probe(span, result.last_stable_offset, log_start)
+            after = result.next_fetch_offset
             if after is None or after <= position:
-                if position < result.high_watermark and result.records == b"":
+                if position < result.last_stable_offset and not result.fetched:
                     raise HardenedStoreUnavailable(
                         f"{tp.topic}[{tp.partition}]: no records at {position} below the "
-                        f"high watermark {result.high_watermark}")
-                return _Probe(None, result.high_watermark, log_start)
-            position = after  # only control batches (or older formats) here; look past them
+                        f"last stable offset {result.last_stable_offset}")
+                return _Probe(None, result.last_stable_offset, log_start)
+            # Only markers, older formats or an aborted transaction here: look past them, a
+            # fetch's worth at a time (an aborted lane pass may span many batches).
+            position = after
+            fetch_bytes = self._max_fetch_bytes
         raise HardenedStoreRejected(
             ErrorCode.CORRUPT_MESSAGE,
             f"{tp.topic}[{tp.partition}]: no data batch found near {position}")
@@ -522,8 +548,20 @@ class ColdReader:
         result = await self._fetch(tp, position, self._max_fetch_bytes)
         return _decoded(first_record_at_or_after, result.records, position, min_timestamp)
 
-    async def _fetch(self, tp: TopicPartition, position: int, max_bytes: int) -> FetchResult:
-        return await self._client.fetch(tp.topic, tp.partition, position, max_bytes)
+    async def _fetch(self, tp: TopicPartition, position: int, max_bytes: int
+                     ) -> CommittedRead:
+        """Committed data batches from `position` (a marker that cannot be read is Kafka's
+        fault, as in _decoded)."""
+        return _decoded(committed_read, await self._client.fetch(
+            tp.topic, tp.partition, position, max_bytes, isolation_level=READ_COMMITTED))
+
+    async def _undecided_after_stable(self, tp: TopicPartition) -> bool:
+        """Kafka holds records past its last stable offset: a transaction not decided yet.
+        Once committed, its records may be the ones a read looks for (the lane trims them
+        from Redis once Kafka has its commit, maybe before the markers are written): a
+        read_committed consumer waits at the last stable offset, it does not skip it."""
+        ends = await self._client.partition_ends(tp.topic, tp.partition)
+        return ends.last_stable_offset < ends.high_watermark
 
 
 def _decoded(decode: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:

@@ -86,9 +86,11 @@ class BatchBuilder:
     __slots__ = ("_builder", "append")
 
     def __init__(self, max_bytes: int, *, producer_id: int = NO_PRODUCER_ID,
-                 producer_epoch: int = -1, base_sequence: int = -1) -> None:
+                 producer_epoch: int = -1, base_sequence: int = -1,
+                 transactional: bool = False) -> None:
         self._builder: Any = DefaultRecordBatchBuilder(
-            2, CODEC_NONE, 0, producer_id, producer_epoch, base_sequence, max_bytes)
+            2, CODEC_NONE, int(transactional), producer_id, producer_epoch, base_sequence,
+            max_bytes)
         self.append: Append = self._builder.append
 
     def size(self) -> int:

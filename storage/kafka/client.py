@@ -46,11 +46,15 @@ from storage.errors import (
 from storage.kafka.connection import BrokerConnection
 from wire.apis import ApiKey, Message
 from wire.errors import ErrorCode
+from wire.records import record_set_end
+from wire.txn_markers import committed_batches
 
 log = logging.getLogger(__name__)
 
 EARLIEST = -2
 LATEST = -1
+READ_UNCOMMITTED = 0  # Fetch isolation levels
+READ_COMMITTED = 1
 MAX_TIMESTAMP = -3
 _MAX_TIMESTAMP_VERSION = 7  # the first ListOffsets version that knows MAX_TIMESTAMP
 _TRANSACTION_COORDINATOR = 1
@@ -114,6 +118,52 @@ class FetchResult:
     last_stable_offset: int
     log_start_offset: int
     records: bytes
+    # (producer_id, first_offset) of the aborted transactions overlapping `records`, as a
+    # read_committed fetch lists them; empty for read_uncommitted.
+    aborted_transactions: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedRead:
+    """A read_committed fetch as a read_committed consumer sees it (committed_read()).
+
+    `records` holds data batches only, so Kiln offsets increase along it even where an
+    aborted lane transaction left copies of records that were written again later.
+    `next_fetch_offset` still counts the batches left out: a reader that went by the last
+    batch it kept would fetch the dropped ones again, for ever.
+    """
+
+    error_code: int
+    records: bytes
+    next_fetch_offset: int | None  # after the last whole batch fetched; None: there was none
+    fetched: bool  # the broker answered with some bytes (a batch, or part of a large one)
+    # The end of what read_committed readers see: records at or past it belong to open
+    # transactions (high_watermark when the broker does not report one).
+    last_stable_offset: int
+    high_watermark: int
+    log_start_offset: int
+
+
+def committed_read(result: FetchResult) -> CommittedRead:
+    """A read_committed FetchResult without control batches and aborted transactions'
+    batches (wire.txn_markers.committed_batches, the Java consumer's algorithm); raises
+    KafkaError for a control batch that cannot be read."""
+    return CommittedRead(
+        result.error_code,
+        committed_batches(result.records, result.aborted_transactions),
+        record_set_end(result.records),
+        bool(result.records),
+        _last_stable(result),
+        result.high_watermark,
+        result.log_start_offset,
+    )
+
+
+def _last_stable(result: FetchResult) -> int:
+    """The answer's last stable offset; its high watermark where the broker left it out (-1)
+    or reported one past it."""
+    stable = result.last_stable_offset
+    return stable if 0 <= stable <= result.high_watermark else result.high_watermark
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +220,15 @@ def _described_resource(result: Any) -> DescribedResource:
             for c in result.configs or ()))
 
 
+class PartitionEnds(NamedTuple):
+    """Where a partition ends for read_uncommitted readers (high_watermark, the next offset
+    a write lands at) and for read_committed ones (last_stable_offset: the first offset of
+    the oldest open transaction, else the high watermark)."""
+
+    high_watermark: int
+    last_stable_offset: int
+
+
 class ProduceResult(NamedTuple):
     """base_offset is the broker offset of the request's first record; -1 when the broker
     answered DUPLICATE_SEQUENCE_NUMBER (the records are already there)."""
@@ -208,10 +267,10 @@ class PartitionSender:
         self.topic = topic
         self.partition = partition
 
-    def send(self, records: bytes, *, acks: int = -1, timeout_ms: int = 30_000
-             ) -> asyncio.Future[Message]:
+    def send(self, records: bytes, *, acks: int = -1, timeout_ms: int = 30_000,
+             transactional_id: str | None = None) -> asyncio.Future[Message]:
         body = ProduceRequest(
-            transactional_id=None,
+            transactional_id=transactional_id,
             acks=acks,
             timeout_ms=timeout_ms,
             topic_data=[ProduceRequest.TopicProduceData(
@@ -593,22 +652,43 @@ class KafkaClient:
         coordinator write an abort marker there at that epoch. (It takes one offset.) The
         marker is written after EndTxn answers; the next InitProducerId for the id waits
         for it (CONCURRENT_TRANSACTIONS until then)."""
-        what = f"fencing {topic}[{partition}] for {transactional_id!r}"
+        await self.add_partitions_to_txn(transactional_id, producer_id, producer_epoch,
+                                         [(topic, partition)])
+        await self.end_txn(transactional_id, producer_id, producer_epoch, commit=False)
+
+    async def add_partitions_to_txn(self, transactional_id: str, producer_id: int,
+                                    producer_epoch: int,
+                                    partitions: Sequence[tuple[str, int]]) -> None:
+        """Add partitions to the producer's transaction (starting it), as a transactional
+        producer does before its first write to each (transactions V1)."""
+        what = f"adding {len(partitions)} partitions to the transaction of {transactional_id!r}"
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions:
+            by_topic.setdefault(topic, []).append(partition)
         added = await self._coordinator_request(
             transactional_id, ApiKey.ADD_PARTITIONS_TO_TXN, AddPartitionsToTxnRequest(
                 v3_and_below_transactional_id=transactional_id,
                 v3_and_below_producer_id=producer_id,
                 v3_and_below_producer_epoch=producer_epoch,
                 v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(
-                    name=topic, partitions=[partition])]), what)
+                    name=topic, partitions=numbers) for topic, numbers in by_topic.items()]),
+            what)
         for result in added.results_by_topic_v3_and_below:
             for answer in result.results_by_partition:
                 if answer.partition_error_code != ErrorCode.NONE:
-                    raise error_for(answer.partition_error_code, what)
+                    raise error_for(answer.partition_error_code,
+                                    f"{what} ({result.name}[{answer.partition_index}])")
+
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, *,
+                      commit: bool) -> None:
+        """Commit or abort the producer's transaction. Answered once the decision is logged;
+        Kafka writes the markers after that (the next InitProducerId or AddPartitionsToTxn
+        meets CONCURRENT_TRANSACTIONS until they are written, and is asked again)."""
         await self._coordinator_request(
             transactional_id, ApiKey.END_TXN, EndTxnRequest(
                 transactional_id=transactional_id, producer_id=producer_id,
-                producer_epoch=producer_epoch, committed=False), what)
+                producer_epoch=producer_epoch, committed=commit),
+            f"{'committing' if commit else 'aborting'} the transaction of {transactional_id!r}")
 
     async def _coordinator_request(self, transactional_id: str | None, api_key: ApiKey,
                                    request: Message, what: str) -> Any:
@@ -657,27 +737,41 @@ class KafkaClient:
         return await sender.result(answer)
 
     async def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
-                    max_wait_ms: int = 1) -> FetchResult:
-        """Records from `offset` (read_uncommitted). A broker returns at least one whole batch
-        however small max_bytes is; max_wait_ms=0 makes tansu answer empty, so keep it ≥ 1.
+                    max_wait_ms: int = 1, *, isolation_level: int = READ_UNCOMMITTED
+                    ) -> FetchResult:
+        """Records from `offset`. A broker returns at least one whole batch however small
+        max_bytes is; max_wait_ms=0 makes tansu answer empty, so keep it ≥ 1. READ_COMMITTED
+        stops at the last stable offset and lists the aborted transactions among the records
+        (which it does not leave out: see committed_read).
 
         tansu 0.6 now and then answers empty below its high watermark (about 1 fetch in 400
         at max_wait_ms 1 or 5); such an answer is asked again, waiting longer (a broker
-        answers at once when records are there)."""
+        answers at once when records are there). A read_committed fetch at or past the last
+        stable offset is empty by right, and not asked again."""
         for wait_ms in (max_wait_ms, *_EMPTY_FETCH_RETRY_WAITS_MS):
-            result = await self._fetch_once(topic, partition, offset, max_bytes, wait_ms)
-            if result.records or result.error_code or offset >= result.high_watermark:
+            result = await self._fetch_once(topic, partition, offset, max_bytes, wait_ms,
+                                            isolation_level)
+            end = (_last_stable(result) if isolation_level == READ_COMMITTED
+                   else result.high_watermark)
+            if result.records or result.error_code or offset >= end:
                 break
         return result
 
+    async def fetch_committed(self, topic: str, partition: int, offset: int, max_bytes: int,
+                              max_wait_ms: int = 1) -> CommittedRead:
+        """Records from `offset` as a read_committed consumer reads them (committed_read)."""
+        return committed_read(await self.fetch(topic, partition, offset, max_bytes, max_wait_ms,
+                                               isolation_level=READ_COMMITTED))
+
     async def _fetch_once(self, topic: str, partition: int, offset: int, max_bytes: int,
-                          max_wait_ms: int) -> FetchResult:
+                          max_wait_ms: int, isolation_level: int = READ_UNCOMMITTED
+                          ) -> FetchResult:
         request = FetchRequest(
             replica_id=-1,
             max_wait_ms=max_wait_ms,
             min_bytes=1,
             max_bytes=max_bytes,
-            isolation_level=0,
+            isolation_level=isolation_level,
             session_id=0,
             session_epoch=-1,
             topics=[FetchRequest.FetchTopic(
@@ -702,8 +796,10 @@ class KafkaClient:
         code = int(part.error_code)
         if code != ErrorCode.OFFSET_OUT_OF_RANGE:
             self._raise_for(code, topic, partition, f"fetch {topic}[{partition}] at {offset}")
+        aborted = tuple((int(txn.producer_id), int(txn.first_offset))
+                        for txn in getattr(part, "aborted_transactions", None) or ())
         return FetchResult(code, int(part.high_watermark), int(part.last_stable_offset),
-                           int(part.log_start_offset), bytes(part.records or b""))
+                           int(part.log_start_offset), bytes(part.records or b""), aborted)
 
     async def list_offset(self, topic: str, partition: int, timestamp: int) -> int:
         """ListOffsets for one partition (EARLIEST, LATEST or a timestamp). tansu 0.6 answers
@@ -737,7 +833,12 @@ class KafkaClient:
         raise error_for(code, context)
 
     async def high_watermark(self, topic: str, partition: int) -> int:
-        """The partition's high watermark, as a Fetch answer reports it.
+        """The partition's high watermark, as a Fetch answer reports it."""
+        return (await self.partition_ends(topic, partition)).high_watermark
+
+    async def partition_ends(self, topic: str, partition: int) -> PartitionEnds:
+        """The partition's high watermark and last stable offset, from one Fetch answer (so
+        they agree with each other).
 
         The fetch starts at ListOffsets' idea of the end, so on Kafka it moves no records
         and on tansu (whose LATEST falls short) only the last batch.
@@ -749,7 +850,7 @@ class KafkaClient:
             result = await self.fetch(topic, partition, start, max_bytes=1)
             if result.error_code != ErrorCode.NONE:
                 raise error_for(result.error_code, f"high watermark of {topic}[{partition}]")
-        return result.high_watermark
+        return PartitionEnds(result.high_watermark, _last_stable(result))
 
     async def max_timestamp(self, topic: str, partition: int) -> tuple[int, int]:
         """(offset, timestamp) of the record with the largest timestamp, as Kafka's

@@ -32,7 +32,7 @@ from itertools import pairwise
 from typing import Protocol
 
 from storage.model import StoredBatch, TopicPartition
-from storage.policy.hardening_pass import PassView, plan_pass
+from storage.policy.hardening_pass import PassView, ReleasePlan, holds, plan_pass, plan_release
 
 
 class TxnHeader(Protocol):
@@ -169,6 +169,26 @@ def plan_lane(partitions: Sequence[LanePartition],
     plans = {tp: _plan_partition(parts[tp], cut[tp], classified[tp], delivered, hardens)
              for tp in parts}
     return LanePlan(plans, inside | stale)
+
+
+def plan_lane_release(head: Sequence[StoredBatch], *, decided_below: int, delivered_below: int,
+                      subscribed: bool, header: Callable[[StoredBatch], TxnHeader]
+                      ) -> ReleasePlan:
+    """`plan_release` for a lane partition's held region: a transaction's batches there
+    (its records, its marker) were decided and counted by the pass that cut past them and
+    never hold, so they leave with the batches around them, uncounted."""
+    plain = [b for b in head if not header(b).is_transactional]
+    plan = plan_release(plain, decided_below=decided_below, delivered_below=delivered_below,
+                        subscribed=subscribed)
+    if plan.blocked:
+        held = next(b for b in plain if b.next_offset <= decided_below
+                    and holds(b, subscribed=subscribed, delivered_below=delivered_below))
+        trim_below = held.base_offset
+    else:
+        trim_below = max((b.next_offset for b in head if b.next_offset <= decided_below),
+                         default=0)
+    return ReleasePlan(max(trim_below, plan.trim_below), plan.delivered_records,
+                       plan.expired_records, plan.blocked)
 
 
 class _Other(enum.Enum):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -31,6 +31,7 @@ from storage.clock import wall_clock_ms
 from storage.errors import StorageError
 from storage.groups.locks import KeyedLocks
 from storage.groups.model import CommittedOffset
+from storage.log_queue import transaction_key
 from storage.model import TopicPartition
 from storage.tasks import stop_task
 from storage.transactions import state as machine
@@ -71,6 +72,13 @@ class ProducerIdSource(Protocol):
     async def allocate(self) -> tuple[int, int]: ...
 
 
+class HardeningLane(Protocol):
+    """The hardening lane's records (storage.lane_store.LaneStore): it decides a committed
+    transaction only once it has read every partition the transaction has records in."""
+
+    async def committed(self, key: str, tps: Collection[TopicPartition]) -> None: ...
+
+
 class OffsetsListener(Protocol):
     """Told of offsets a group committed (storage.delivery.Delivery)."""
 
@@ -101,6 +109,7 @@ class TransactionCoordinator:
                  starts: PartitionStarter, partitions: PartitionDirectory,
                  producer_ids: ProducerIdSource,
                  coordinates: Callable[[str], bool],
+                 lane: HardeningLane,
                  offsets_listener: OffsetsListener | None = None,
                  ended: TransactionsEnded | None = None,
                  settings: CoordinatorSettings = CoordinatorSettings(),
@@ -111,6 +120,7 @@ class TransactionCoordinator:
         self._partitions = partitions
         self._producer_ids = producer_ids
         self._coordinates = coordinates
+        self._lane = lane
         self._offsets_listener = offsets_listener
         self._ended = ended
         self._settings = settings
@@ -279,9 +289,13 @@ class TransactionCoordinator:
         now = self._clock_ms()
         marker = build_marker(decided.producer_id, decided.producer_epoch, commit=commit,
                               timestamp_ms=now)
-        await self._mark([TopicPartition(topic, partition)
-                          for topic, partition in sorted(decided.partitions)],
-                         decided, commit, marker, now)
+        firsts = await self._mark([TopicPartition(topic, partition)
+                                   for topic, partition in sorted(decided.partitions)],
+                                  decided, commit, marker, now)
+        holding = [tp for tp, first in firsts.items() if first >= 0]
+        if commit and holding:
+            await self._lane.committed(transaction_key(decided.producer_id, decided.number),
+                                       holding)
         for group_id in sorted(decided.groups):
             committed = await self._participants.end_at_group(
                 group_id, decided.producer_id, decided.producer_epoch, decided.number,
@@ -304,19 +318,22 @@ class TransactionCoordinator:
             self._ended.transaction_ended(commit, cause)
 
     async def _mark(self, tps: list[TopicPartition], decided: TxnState, commit: bool,
-                    marker: bytes, now: int) -> None:
+                    marker: bytes, now: int) -> dict[TopicPartition, int]:
         """The markers of every partition, in one round trip (and one more for the
-        partitions Redis had to start first)."""
+        partitions Redis had to start first); the first offset of the transaction's records
+        in each (-1: none, or a commit the hardening lane has decided already)."""
+        firsts: dict[TopicPartition, int] = {}
         for _ in range(2):
             written = await self._participants.write_markers(
                 tps, decided.producer_id, decided.producer_epoch, decided.number,
                 commit=commit, marker=marker, now_ms=now)
+            firsts.update((tp, w.first_offset) for tp, w in zip(tps, written, strict=True))
             # A partition deleted with its records since they joined the transaction has
             # nothing left to end (and starting it would bring its keys back).
             tps = await self._start_existing(
                 [tp for tp, w in zip(tps, written, strict=True) if w.needs_start])
             if not tps:
-                return
+                return firsts
         raise _Unfinished(f"{len(tps)} partitions keep being lost by Redis")
 
     async def _register(self, tps: list[TopicPartition], state: TxnState) -> list[ErrorCode]:

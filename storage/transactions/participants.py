@@ -45,6 +45,7 @@ local reg = {e = -1, n = 0, m = 0, f = -1, t = ARGV[4]}
 if raw then reg = cjson.decode(raw) end
 if reg.m >= n then return 48 end
 if epoch < reg.e then return 47 end
+redis.call('HSET', meta, 'lane', 1)
 if reg.n == n then
   if epoch > reg.e then
     reg.e = epoch
@@ -58,19 +59,22 @@ redis.call('HSET', txns, pid, cjson.encode(reg))
 return 0
 """
 
-# KEYS: log, meta, txns, open, aborted, pids. ARGV: producer id, epoch, transaction number,
-# commit (1/0), the control batch, now (ms), level. Ends transaction ARGV[3] here: when it is
-# registered, the marker is appended at the next offset, the transaction leaves the open set
-# (the last stable offset moves on) and, aborted with records, joins the aborted list. An
+# KEYS: log, meta, txns, open, aborted, pids, committed. ARGV: producer id, epoch,
+# transaction number, commit (1/0), the control batch, now (ms), level. Ends transaction
+# ARGV[3] here: when it is registered, the marker is appended at the next offset, the
+# transaction leaves the open set (the last stable offset moves on) and, with records, joins
+# the aborted list or the committed one (member "pid:number:first:marker", score first, until
+# the hardening lane decides it). An
 # earlier transaction of the producer still open here (possible only when the coordinator's
 # state was lost) is aborted instead. The marker's epoch is the producer's from now on: a
 # fencing marker carries a bumped one, and batches of the fenced epoch are refused. Returns
 # {-1} when the partition is not started in this Redis process (a partition Redis lost: start
 # it and write again; its transaction's records went with it), {0} when there was nothing to
-# write (already written, or never registered), else {1, marker offset, first offset of the
-# transaction's records or -1}.
+# write (never registered, or already written: then {0, first offset} when it is still in
+# the committed list), else {1, marker offset, first offset of the transaction's records or -1}.
 _WRITE_MARKER = RUN_ID_LUA + """
 local log, meta, txns, open, aborted, pids = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local committed = KEYS[7]
 local pid, epoch, n, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[6]
 if not redis.call('HGET', meta, 'inc') or redis.call('HGET', meta, 'rid') ~= redis_run_id() then
   return {-1}
@@ -78,7 +82,15 @@ end
 local raw = redis.call('HGET', txns, pid)
 local reg = {e = epoch, n = n, m = n, f = -1, t = ''}
 if raw then reg = cjson.decode(raw) end
-if raw and reg.m >= n then return {0} end
+if raw and reg.m >= n then
+  local prefix = pid .. ':' .. n .. ':'
+  for _, member in ipairs(redis.call('ZRANGE', committed, 0, -1)) do
+    if string.sub(member, 1, #prefix) == prefix then
+      return {0, tonumber(string.match(member, '^%d+:%d+:(%d+):'))}
+    end
+  end
+  return {0}
+end
 local reply = {0}
 if raw and reg.n > reg.m then
   local commit = ARGV[4] == '1' and reg.n == n
@@ -94,6 +106,8 @@ if raw and reg.n > reg.m then
   redis.call('ZREM', open, pid)
   if not commit and reg.f >= 0 then
     redis.call('ZADD', aborted, base, pid .. ':' .. reg.f)
+  elseif reg.f >= 0 then
+    redis.call('ZADD', committed, reg.f, pid .. ':' .. n .. ':' .. reg.f .. ':' .. base)
   end
   reply = {1, base, reg.f}
 end
@@ -234,7 +248,7 @@ class TransactionParticipants:
                             ) -> list[MarkerWritten]:
         """End transaction `number` at each of `tps`, in one round trip."""
         calls: list[ScriptCall] = [
-            (partition_keys(tp, "log", "meta", "txns", "open", "aborted", "pids"),
+            (partition_keys(tp, "log", "meta", "txns", "open", "aborted", "pids", "committed"),
              [producer_id, epoch, number, int(commit), marker, now_ms,
               int(Reliability.RELIABLE_PERSISTENT)])
             for tp in tps]
@@ -301,5 +315,5 @@ def _marker_written(reply: Sequence[Any]) -> MarkerWritten:
     if int(reply[0]) < 0:
         return MarkerWritten(needs_start=True)
     if int(reply[0]) == 0:
-        return MarkerWritten()
+        return MarkerWritten(first_offset=int(reply[1]) if len(reply) > 1 else -1)
     return MarkerWritten(marker_offset=int(reply[1]), first_offset=int(reply[2]))

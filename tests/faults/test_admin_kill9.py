@@ -16,7 +16,6 @@ checked once per test, after one flush at the end, instead of once per kill.
 from __future__ import annotations
 
 import random
-import subprocess
 import time
 import uuid
 from collections import Counter
@@ -39,7 +38,7 @@ from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
 from tests.compat.clients import read_hardened
 from tests.compat.java import commit_offsets, committed_offsets
-from tests.faults.kiln_process import KilnProcess, fresh_kiln_process, kiln_executable
+from tests.faults.kiln_process import KilnProcess, fresh_kiln_process, kiln_cli
 from tests.integration.consumers import BEGINNING, consume_kafka_python
 from tests.raw_client import RawClient, record_batch
 from wire.errors import ErrorCode
@@ -76,12 +75,6 @@ def kill_delays(rng: random.Random, count: int, window_s: float) -> list[float]:
     delays = [rng.uniform(i, i + 1) * window_s / count for i in range(count)]
     rng.shuffle(delays)
     return delays
-
-
-def kiln_cli(redis_url: str, *args: str, timeout_s: float = 60) -> None:
-    done = subprocess.run([kiln_executable(), *args, "--redis-url", redis_url],
-                          timeout=timeout_s, capture_output=True, text=True, check=False)
-    assert done.returncode == 0, f"kiln {' '.join(args)}: {done.stdout}{done.stderr}"
 
 
 def produce(bootstrap: str, topic: str, partition: int, values: list[bytes]) -> None:

@@ -1,9 +1,9 @@
 """Kiln killed with SIGKILL while a transactional producer commits and aborts transactions
-over three partitions, then restarted on the same port: a read_committed reader must find
-every transaction whose commit was acknowledged, each exactly once and whole, and of the
-others none or all of its records (a commit whose answer the kill swallowed may have
-happened) — never part of one, never an aborted one. (Transactions are not hardened yet:
-this is what Kiln's own readers see.)
+over three partitions and the hardening lane writes them to Kafka, then restarted on the
+same port: a read_committed reader must find every transaction whose commit was
+acknowledged, each exactly once and whole, and of the others none or all of its records (a
+commit whose answer the kill swallowed may have happened) — never part of one, never an
+aborted one. Both through Kiln and, once Kiln hardened everything, in Kafka itself.
 
 The kill moments come from a seeded random generator whose seed the test prints.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from tests.faults.kiln_process import KilnProcess, fresh_kiln_process
+from tests.faults.kiln_process import KilnProcess, fresh_kiln_process, kiln_cli
 from tests.txn_readers import read_to_end
 
 PARTITIONS = 3
@@ -115,12 +115,18 @@ def test_kill9_during_transactions_leaves_each_whole_or_absent(
         rng: random.Random) -> None:
     config = tmp_path / "kiln.toml"
     config.write_text("transactions_enabled = true\n")
-    with fresh_kiln_process(redis_url, kafka_bootstrap, tmp_path / "kiln.log", 600_000,
+    # A short delay: the lane hardens transactions while Kiln is killed.
+    with fresh_kiln_process(redis_url, kafka_bootstrap, tmp_path / "kiln.log", 300,
                             extra_args=("--config", str(config))) as kiln:
-        run(kiln, unique_topic, rng)
+        loop = run(kiln, unique_topic, rng)
+        # Then a read_committed reader of Kiln finds each transaction whole or not at all
+        check(read_committed(kiln.bootstrap, unique_topic), loop)
+        # ... and once everything is hardened, so does one of Kafka itself
+        kiln_cli(redis_url, "flush", unique_topic, "--timeout", "60", timeout_s=90)
+        check(read_committed(kafka_bootstrap, unique_topic), loop)
 
 
-def run(kiln: KilnProcess, topic: str, rng: random.Random) -> None:
+def run(kiln: KilnProcess, topic: str, rng: random.Random) -> TransactionLoop:
     kiln.start()
     admin = AdminClient({"bootstrap.servers": kiln.bootstrap})
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
@@ -148,10 +154,12 @@ def run(kiln: KilnProcess, topic: str, rng: random.Random) -> None:
         print("errors:", *loop.errors[:20], sep="\n  ")
     # (open transactions left by the last producer end by its timeout at the latest)
     time.sleep(1)
-    values = read_committed(kiln.bootstrap, topic)
+    return loop
 
-    # Then each transaction read is whole, once; every acknowledged commit is there; no
-    # acknowledged abort is
+
+def check(values: list[str], loop: TransactionLoop) -> None:
+    """Each transaction read is whole, once; every acknowledged commit is there; no
+    acknowledged abort is."""
     counts = Counter(int(v.split(":")[0]) for v in values)
     partial = {n: c for n, c in counts.items() if c != RECORDS}
     assert not partial, f"transactions read in part or twice: {partial}"

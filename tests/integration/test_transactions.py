@@ -23,6 +23,7 @@ from kafka.protocol.producer import (
     InitProducerIdResponse,
 )
 
+from storage.lane_store import LaneStore
 from storage.model import TopicPartition as StorageTopicPartition
 from storage.producer_ids import ProducerIds
 from storage.transactions.coordinator import CoordinatorSettings, TransactionCoordinator
@@ -475,7 +476,8 @@ def test_an_idle_transactional_id_expires_and_its_next_producer_gets_a_new_id(
     eager = TransactionCoordinator(
         TxnStore(app.queue.redis), TransactionParticipants(app.queue.redis),
         app.catalog.starts, app.catalog, ProducerIds(app.queue.redis),
-        coordinates=lambda _: True, settings=CoordinatorSettings(expiration_ms=0))
+        coordinates=lambda _: True, lane=LaneStore(app.queue.redis),
+        settings=CoordinatorSettings(expiration_ms=0))
     with RawClient(kiln.bootstrap) as client:
         # Given an id whose transaction ended, and one with a transaction open
         _, idle_pid, _ = init_transactional(client, "idle", 60_000)

@@ -18,6 +18,7 @@ from storage.policy.lane_pass import (
     TxnHeader,
     TxnSpan,
     plan_lane,
+    plan_lane_release,
 )
 from wire.batch import CONTROL_BIT, HEADER, TRANSACTIONAL_BIT, read_header
 
@@ -539,3 +540,28 @@ def test_without_transactions_a_lane_pass_is_plan_pass(
     assert (lane.trim_below, lane.decided_below, lane.delivered_records,
             lane.expired_records) == (alone.trim_below, alone.decided_below,
                                       alone.delivered_records, alone.expired_records)
+
+
+# -- the held region of a lane partition ----------------------------------------------------
+
+def test_a_held_region_leaves_up_to_its_first_held_batch_with_the_transactions_before_it(
+        ) -> None:
+    # Given a held region: a delivered non-persistent batch, a transaction (data, marker)
+    # decided by an earlier pass, a non-persistent batch not delivered yet, and more
+    head = [_plain(0, R.RELIABLE_NONPERSISTENT), _data(10, P), _marker(20, P),
+            _plain(21, R.RELIABLE_NONPERSISTENT), _plain(31)]
+    # When the region is released with the delivered mark at 15
+    plan = plan_lane_release(head, decided_below=41, delivered_below=15, subscribed=True,
+                             header=_read)
+    # Then everything before the batch still held leaves, and only the plain batch that left
+    # is counted (the transaction was counted by the pass that decided it)
+    assert (plan.trim_below, plan.delivered_records, plan.expired_records, plan.blocked) == \
+        (21, 10, 0, True)
+
+
+def test_a_released_region_ends_with_its_last_decided_batch_even_a_marker() -> None:
+    head = [_plain(0, R.RELIABLE_NONPERSISTENT), _data(10, P), _marker(20, P), _plain(21)]
+    plan = plan_lane_release(head, decided_below=21, delivered_below=21, subscribed=True,
+                             header=_read)
+    assert (plan.trim_below, plan.delivered_records, plan.blocked) == (21, 10, False)
+

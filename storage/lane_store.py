@@ -1,0 +1,84 @@
+"""What the hardening lane keeps in Redis, apart from the partitions' own keys.
+
+Layout (`{lane:default}` is the hash tag; one lane for now, docs/transactions-design.md §8):
+  kiln:{lane:default}:committed   hash; transaction key ("<producer id>.<number>") -> JSON
+                                  [[topic, partition], ...]: every partition a committed
+                                  transaction has records in, written once all its markers
+                                  are; the lane decides it only once it has read them all
+  kiln:{lane:default}:lease       string; the Kiln process that runs the lane
+  kiln:{lane:default}:writer      string; the last one that took the lease and has not let go
+
+Which partitions the lane hardens is in each partition's own keys (`lane` in its meta hash,
+set when a transaction first registers there: storage/log_queue.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Sequence
+
+from storage.errors import BufferUnavailable
+from storage.log_queue import LEASE_LUA, RELEASE_LUA, Lease
+from storage.model import TopicPartition
+from storage.redis_pool import REDIS_FAILURES, RedisClient
+
+LANE = "default"
+
+
+def lane_key(kind: str, lane: str = LANE) -> str:
+    return f"kiln:{{lane:{lane}}}:{kind}"
+
+
+class LaneStore:
+    """Redis errors become BufferUnavailable."""
+
+    def __init__(self, redis: RedisClient, lane: str = LANE) -> None:
+        self._redis = redis
+        self._lane = lane
+        self._lease = redis.register_script(LEASE_LUA)
+        self._release = redis.register_script(RELEASE_LUA)
+
+    def _key(self, kind: str) -> str:
+        return lane_key(kind, self._lane)
+
+    async def committed(self, key: str, tps: Collection[TopicPartition]) -> None:
+        """Name the partitions committed transaction `key` has records in. The first call
+        wins: one finishing the decision again after a crash may find some of them decided
+        and forgotten already."""
+        try:
+            await self._redis.hsetnx(self._key("committed"), key,
+                                     json.dumps(sorted([tp.topic, tp.partition] for tp in tps)))
+        except REDIS_FAILURES as exc:
+            raise BufferUnavailable(str(exc)) from exc
+
+    async def participants(self) -> dict[str, list[TopicPartition]]:
+        try:
+            raw = await self._redis.hgetall(self._key("committed"))
+        except REDIS_FAILURES as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        return {(k.decode() if isinstance(k, bytes) else str(k)):
+                [TopicPartition(str(t), int(p)) for t, p in json.loads(v)]
+                for k, v in raw.items()}
+
+    async def forget(self, keys: Collection[str]) -> None:
+        if not keys:
+            return
+        try:
+            await self._redis.hdel(self._key("committed"), *keys)
+        except REDIS_FAILURES as exc:
+            raise BufferUnavailable(str(exc)) from exc
+
+    async def acquire_lease(self, owner: str, ttl_ms: int, live_owners: Sequence[str] = ()
+                            ) -> Lease:
+        try:
+            return Lease(int(await self._lease(keys=[self._key("lease"), self._key("writer")],
+                                               args=[owner, ttl_ms, *live_owners])))
+        except REDIS_FAILURES as exc:
+            raise BufferUnavailable(str(exc)) from exc
+
+    async def release_lease(self, owner: str) -> None:
+        try:
+            await self._release(keys=[self._key("lease"), self._key("writer")], args=[owner])
+        except REDIS_FAILURES as exc:
+            raise BufferUnavailable(str(exc)) from exc
+
