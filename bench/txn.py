@@ -9,14 +9,17 @@ for Kiln and for the broker: `--transactions` transactions of `--per-transaction
 turn. Kiln and direct runs alternate, `--repeats` each; medians (and min..max) of records/s
 and of commit latency (commit_transaction() call to return), Kiln/direct.
 
-What Kiln does with the records: appended to Redis, committed by its coordinator (markers in
-each partition's log); its harden delay is long, so nothing is hardened during a run (and
-transactions are not hardened at all yet: docs/transactions-design.md). Kiln's acks=all for
-a transactional producer is answered on append (its records cannot be hardened before the
-commit), so what is compared is Redis plus Kiln's coordinator against Kafka's log plus its
-coordinator.
+What Kiln does with the records depends on `--level`, the level the transactions get
+(docs/reliability.md, transactions): `assured_persistent` (what acks=all asks for, the
+default) answers each commit once Kiln's hardening lane has written the transaction to Kafka
+in a Kafka transaction of its own; `reliable_persistent` (the topic's kiln.max.reliability)
+answers it once the decision and markers are in Redis, and hardens it after the delay, which
+is long here, so nothing is hardened during the run. So the first compares Kiln plus a
+second Kafka transaction per commit against Kafka, the second Redis plus Kiln's coordinator
+against Kafka's log plus its coordinator.
 
     python -m bench.txn                          # about 1-2 minutes
+    python -m bench.txn --level reliable_persistent
     python -m bench.txn --per-transaction 1000   # larger transactions
 """
 
@@ -32,6 +35,13 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 
 from bench.brokers import Broker, add_broker_option, start_broker
 from bench.produce import (
@@ -86,7 +96,18 @@ def measure(target: str, args: argparse.Namespace, workdir: Path, broker: Broker
     with stack_with_topic(workdir, broker, f"txn-{target}", kiln_delay_ms=delay,
                           partitions=args.partitions,
                           kiln_args=("--config", str(config))) as (stack, topic):
+        if target == "kiln" and args.level != "assured_persistent":
+            cap_level(stack.endpoint, topic, args.level)
         return {"target": target, **run_transactions(stack.endpoint, topic, args)}
+
+
+def cap_level(bootstrap: str, topic: str, level: str) -> None:
+    """The topic's kiln.max.reliability, set through Kiln."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("kiln.max.reliability", level,
+                    incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(30)
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -117,7 +138,7 @@ def table(doc: dict[str, Any]) -> str:
     settings = doc["settings"]
     lines = [f"{settings['transactions']} transactions x {settings['per_transaction']} records "
              f"of {settings['size']} B over {settings['partitions']} partitions "
-             f"({doc['broker']['kind']})",
+             f"({doc['broker']['kind']}; Kiln at {settings['level']})",
              f"{'':8} {'rec/s':>10} {'min..max':>21} {'commit p50 ms':>14} "
              f"{'commit p99 ms':>14}"]
     for target in ("kiln", "direct"):
@@ -139,6 +160,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--size", type=int, default=100, help="bytes per record value")
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--level", choices=("assured_persistent", "reliable_persistent"),
+                        default="assured_persistent",
+                        help="the level Kiln gives the transactions (see above)")
     parser.add_argument("--output", type=Path, help="also write the JSON document here")
     parser.add_argument("--json", action="store_true", help="only the JSON document")
     args = parser.parse_args(argv)
@@ -163,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                 "settings": {"transactions": args.transactions,
                              "per_transaction": args.per_transaction, "size": args.size,
                              "partitions": args.partitions, "repeats": args.repeats,
+                             "level": args.level,
                              "producer": {k: v for k, v in PRODUCER.items()
                                           if k != "log_level"},
                              "kiln_harden_delay_ms": KILN_DELAY_MS},

@@ -119,13 +119,6 @@ class KilnApp:
         ), offsets_listener=self.delivery, coordinates=self.leadership.coordinates)
         forget_topic_state(self.catalog, subscriptions, group_store)
         self.metrics = KilnMetrics()
-        self.transactions = (TransactionCoordinator(
-            TxnStore(self.queue.redis), TransactionParticipants(self.queue.redis),
-            self.catalog.starts, self.catalog, ProducerIds(self.queue.redis),
-            coordinates=self.leadership.coordinates_transactions,
-            lane=LaneStore(self.queue.redis),
-            offsets_listener=self.delivery, ended=self.metrics)
-            if settings.transactions_enabled else None)
         # Partitions that carry transactions are hardened together, by one node.
         self.lane = (HardeningLane(
             self.queue, LaneStore(self.queue.redis), self.catalog, self.kafka, self.delay,
@@ -133,6 +126,13 @@ class KilnApp:
             runs_here=lambda: self.leadership.runs_lane(LANE),
             buffer_fill=lambda: self.budget.fill,
             live_owners=lambda: [n.incarnation for n in self.membership.live_nodes()])
+            if settings.transactions_enabled else None)
+        self.transactions = (TransactionCoordinator(
+            TxnStore(self.queue.redis), TransactionParticipants(self.queue.redis),
+            self.catalog.starts, self.catalog, ProducerIds(self.queue.redis),
+            coordinates=self.leadership.coordinates_transactions,
+            lane=LaneStore(self.queue.redis, on_committed=self._lane_woken),
+            offsets_listener=self.delivery, ended=self.metrics)
             if settings.transactions_enabled else None)
         appends = AppendSignals()
         appends.add_listener(self.hardener.appended)
@@ -166,6 +166,12 @@ class KilnApp:
                                     "kafka": lambda: self.probe_kafka.metadata([])})
         self.http = (HttpEndpoints(self.metrics, self.readiness, *settings.http_address)
                      if settings.http_address is not None else None)
+
+    def _lane_woken(self) -> None:
+        """A transaction was committed through this node: the lane, if it runs here, looks
+        at once (an assured commit waits for it)."""
+        if self.lane is not None:
+            self.lane.wake()
 
     def _broker_configs(self, node_id: int) -> BrokerConfigs:
         return BrokerConfigs(self.kafka, node_id,

@@ -168,10 +168,11 @@ class HardeningLane:
                 await asyncio.sleep(backoff)
 
     async def _idle(self, seconds: float) -> None:
-        self._wakeup.clear()
+        """Wait `seconds`, or less when woken (also by a wake during the last pass)."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(seconds):
                 await self._wakeup.wait()
+        self._wakeup.clear()
 
     async def _restart(self) -> None:
         """After a failure: every partition is taken again (its resume point read from
@@ -265,7 +266,7 @@ class HardeningLane:
         (0: at once)."""
         tps = [tp for tp in self._partitions if tp in self._held]
         if not tps:
-            return self._settings.tick_s
+            return self._settings.scan_s  # (a commit through this node wakes it)
         now = self._clock()
         policies = {tp.topic: (await self._registered(tp.topic)).harden for tp in tps}
         states = dict(zip(tps, await self._queue.states(tps), strict=True))
@@ -274,6 +275,11 @@ class HardeningLane:
                 raise PartitionLost(f"{tp.topic}/{tp.partition}: started again since taken")
         committed = dict(zip(tps, await self._queue.committed_transactions(tps), strict=True))
         participants = await self._store.participants()
+        for tp, txns in committed.items():
+            for txn in txns:
+                if txn.assured:  # its producer's commit waits: harden it now
+                    self._flush_goal[tp] = max(self._flush_goal.get(tp, 0),
+                                               txn.marker_offset + 1)
         wait_s = self._settings.tick_s
         parts = []
         for tp in tps:
@@ -288,7 +294,9 @@ class HardeningLane:
             log.error("hardening lane cannot plan a pass: %s", exc)
             self.counters.errors += 1
             return self._settings.max_backoff_s
-        progressed = await self._write(plan)
+        ends = {part.partition: _last_marker(part.due, states[part.partition])
+                for part in parts}
+        progressed = await self._write(plan, ends)
         await self._forget(plan, committed)
         return 0.0 if progressed else wait_s
 
@@ -331,7 +339,8 @@ class HardeningLane:
         return not _header(batch).is_transactional \
             and shed_now(batch.reliability, self._buffer_fill())
 
-    async def _write(self, plan: LanePlan) -> bool:
+    async def _write(self, plan: LanePlan, last_markers: Mapping[TopicPartition, int | None]
+                     ) -> bool:
         writes = {tp: p.to_write for tp, p in plan.partitions.items() if p.to_write}
         results = {}
         if writes:
@@ -345,7 +354,8 @@ class HardeningLane:
                 continue
             result = results.get(tp, NOTHING_WRITTEN)
             await self._queue.finish_pass(
-                tp, held.incarnation, owner=self._owner, trim_below=part.trim_below,
+                tp, held.incarnation, owner=self._owner,
+                trim_below=_kept(part.trim_below, last_markers[tp]),
                 hardened_below=part.decided_below, written_records=result.records,
                 written_bytes=result.bytes, delivered_records=part.delivered_records,
                 expired_records=part.expired_records + part.aborted_records
@@ -386,9 +396,10 @@ class HardeningLane:
                                  delivered_below=state.delivered_offset,
                                  subscribed=await self._subscribed(tp.topic, head),
                                  header=_header)
-        if plan.trim_below:
+        trim_below = _kept(plan.trim_below, _last_marker(head, state))
+        if trim_below > state.start_offset:
             await self._queue.finish_pass(
-                tp, state.incarnation, owner=self._owner, trim_below=plan.trim_below,
+                tp, state.incarnation, owner=self._owner, trim_below=trim_below,
                 hardened_below=decided_below, delivered_records=plan.delivered_records,
                 expired_records=plan.expired_records)
         return plan.blocked
@@ -411,6 +422,25 @@ class HardeningLane:
 
 def _header(batch: StoredBatch) -> BatchHeader:
     return read_header(batch.data)
+
+
+def _last_marker(batches: Sequence[StoredBatch], state: PartitionState) -> int | None:
+    """The offset of the partition's last batch when `batches` end with it and it is a
+    marker: it stays in the log queue (below). None otherwise."""
+    if batches and batches[-1].next_offset == state.next_offset \
+            and _header(batches[-1]).is_control:
+        return batches[-1].base_offset
+    return None
+
+
+def _kept(trim_below: int, last_marker: int | None) -> int:
+    """A marker that ends the partition is never trimmed: Kafka holds no record at its
+    offset (its own marker is at another), so a consumer reading up to the end would find
+    nothing there to move it past, anywhere; served from the log queue, it is skipped as
+    in Kafka. It leaves with the next pass after it."""
+    if last_marker is not None and trim_below > last_marker:
+        return last_marker
+    return trim_below
 
 
 def _without_broken(parts: list[LanePartition]) -> list[LanePartition]:

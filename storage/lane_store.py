@@ -2,9 +2,11 @@
 
 Layout (`{lane:default}` is the hash tag; one lane for now, docs/transactions-design.md §8):
   kiln:{lane:default}:committed   hash; transaction key ("<producer id>.<number>") -> JSON
-                                  [[topic, partition], ...]: every partition a committed
-                                  transaction has records in, written once all its markers
-                                  are; the lane decides it only once it has read them all
+                                  {"partitions": [[topic, partition], ...], "assured": bool}:
+                                  every partition a committed transaction has records in,
+                                  written once all its markers are; the lane decides it only
+                                  once it has read them all. Its producer's commit waits
+                                  until the lane decided it when it is assured.
   kiln:{lane:default}:lease       string; the Kiln process that runs the lane
   kiln:{lane:default}:writer      string; the last one that took the lease and has not let go
 
@@ -15,7 +17,7 @@ set when a transaction first registers there: storage/log_queue.py).
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from storage.errors import BufferUnavailable
 from storage.log_queue import LEASE_LUA, RELEASE_LUA, Lease
@@ -32,24 +34,30 @@ def lane_key(kind: str, lane: str = LANE) -> str:
 class LaneStore:
     """Redis errors become BufferUnavailable."""
 
-    def __init__(self, redis: RedisClient, lane: str = LANE) -> None:
+    def __init__(self, redis: RedisClient, lane: str = LANE,
+                 on_committed: Callable[[], None] = lambda: None) -> None:
         self._redis = redis
         self._lane = lane
+        # Told when a committed transaction was listed: a lane in this process looks at once.
+        self._on_committed = on_committed
         self._lease = redis.register_script(LEASE_LUA)
         self._release = redis.register_script(RELEASE_LUA)
 
     def _key(self, kind: str) -> str:
         return lane_key(kind, self._lane)
 
-    async def committed(self, key: str, tps: Collection[TopicPartition]) -> None:
+    async def committed(self, key: str, tps: Collection[TopicPartition], *, assured: bool
+                        ) -> None:
         """Name the partitions committed transaction `key` has records in. The first call
         wins: one finishing the decision again after a crash may find some of them decided
         and forgotten already."""
+        value = json.dumps({"partitions": sorted([tp.topic, tp.partition] for tp in tps),
+                            "assured": assured})
         try:
-            await self._redis.hsetnx(self._key("committed"), key,
-                                     json.dumps(sorted([tp.topic, tp.partition] for tp in tps)))
+            await self._redis.hsetnx(self._key("committed"), key, value)
         except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
+        self._on_committed()
 
     async def participants(self) -> dict[str, list[TopicPartition]]:
         try:
@@ -57,8 +65,17 @@ class LaneStore:
         except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
         return {(k.decode() if isinstance(k, bytes) else str(k)):
-                [TopicPartition(str(t), int(p)) for t, p in json.loads(v)]
+                [TopicPartition(str(t), int(p)) for t, p in json.loads(v)["partitions"]]
                 for k, v in raw.items()}
+
+    async def awaits_hardening(self, key: str) -> bool:
+        """Whether committed transaction `key` is assured and the lane has not decided it
+        yet (hardened it, or found it wholly delivered)."""
+        try:
+            raw = await self._redis.hget(self._key("committed"), key)
+        except REDIS_FAILURES as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        return raw is not None and bool(json.loads(raw)["assured"])
 
     async def forget(self, keys: Collection[str]) -> None:
         if not keys:

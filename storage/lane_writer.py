@@ -36,7 +36,7 @@ from storage.hardened_store import (
     send_batches,
     tail_position,
 )
-from storage.kafka.client import KafkaClient
+from storage.kafka.client import LATEST, READ_COMMITTED, KafkaClient
 from storage.model import TopicPartition
 from storage.policy.lane_pass import LaneWrite
 from wire.errors import KafkaError
@@ -162,8 +162,8 @@ class LaneWriter:
         the pass must not drop its records from the log queue before Kiln's read-through
         (a read_committed reader) finds them in Kafka."""
         deadline = time.monotonic() + _COMMITTED_WAIT_S
-        while (await self._client.partition_ends(tp.topic, tp.partition)
-               ).last_stable_offset < kafka_end:
+        while await self._client.list_offset(tp.topic, tp.partition, LATEST,
+                                             isolation_level=READ_COMMITTED) < kafka_end:
             if time.monotonic() > deadline:
                 raise HardenedStoreUnavailable(
                     f"{tp.topic}[{tp.partition}]: the hardening lane's commit is not visible "

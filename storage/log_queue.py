@@ -30,15 +30,17 @@ Layout per partition (`{topic/partition}` is the hash tag):
   kiln:{t/p}:txns    hash; producer id -> JSON of its transactions here (storage/transactions):
                      e epoch, n the transaction registered (AddPartitionsToTxn), m the last
                      one ended here (its marker written), f the first offset of its
-                     records (-1 before any), t its transactional id; open while n > m
+                     records (-1 before any), a 1 once an assured batch is among them, t its
+                     transactional id; open while n > m
   kiln:{t/p}:open    sorted set; producer id -> first offset of its open transaction's
                      records: the last stable offset is the lowest, or the high watermark
   kiln:{t/p}:aborted sorted set; "<producer id>:<first offset>" -> offset of the abort
                      marker: the aborted transactions a read_committed fetch lists
-  kiln:{t/p}:committed sorted set; "<producer id>:<number>:<first offset>:<marker offset>"
-                     -> first offset: committed transactions the hardening lane has not
-                     decided yet (storage/lane.py); nothing from the lowest on is dropped
-                     as delivered but by the lane, which writes a transaction whole or not
+  kiln:{t/p}:committed sorted set; "<producer id>:<number>:<first offset>:<marker offset>:
+                     <assured 0/1>" -> first offset: committed transactions the hardening
+                     lane has not decided yet (storage/lane.py); nothing from the lowest
+                     on is dropped as delivered but by the lane, which writes a
+                     transaction whole or not at all
   meta also holds lane=1 once a transaction registered in the partition: the hardening
   lane hardens it from then on, not the partition's own hardener
 
@@ -88,9 +90,10 @@ end
 # its producer's transaction is registered here at its epoch (INVALID_TXN_STATE, or
 # INVALID_PRODUCER_EPOCH for an older epoch), and a producer's non-transactional batch not
 # while its transaction here holds records (INVALID_TXN_STATE), as Kafka's broker checks; the
-# first records of a transaction open it in KEYS[6], holding the last stable offset back.
+# first records of a transaction open it in KEYS[6], holding the last stable offset back, and
+# an assured batch marks it assured (its commit is answered once it is hardened or delivered).
 # Returns {error code, first offset, duplicate (0/1), incarnation}.
-_APPEND = RUN_ID_LUA + """
+_APPEND = RUN_ID_LUA + f"local ASSURED = '{int(Reliability.ASSURED_PERSISTENT)}'\n" + """
 local log, meta, pids, txns, open = KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[6]
 if redis.call('GET', KEYS[4]) ~= ARGV[4] then return {6, -1, 0, ''} end
 local now, level, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -170,9 +173,12 @@ for _, plan in ipairs(plans) do
       end
     end
     local reg = regs[plan.pid]
-    if plan.txn and reg.f < 0 then
-      reg.f = base
-      redis.call('ZADD', open, base, plan.pid)
+    if plan.txn and (reg.f < 0 or (level == ASSURED and reg.a ~= 1)) then
+      if reg.f < 0 then
+        reg.f = base
+        redis.call('ZADD', open, base, plan.pid)
+      end
+      if level == ASSURED then reg.a = 1 end
       redis.call('HSET', txns, plan.pid, cjson.encode(reg))
     end
   end
@@ -538,6 +544,7 @@ class CommittedTransaction:
     first_offset: int
     marker_offset: int
     member: str  # as listed in Redis
+    assured: bool = False  # assured records among them: their commit waits for the lane
 
     @property
     def key(self) -> str:
@@ -1023,8 +1030,9 @@ def _aborted_transaction(member: bytes | str, marker: float) -> AbortedTransacti
 
 def _committed_transaction(member: bytes | str) -> CommittedTransaction:
     text = _text(member)
-    producer_id, number, first, marker = text.split(":")
-    return CommittedTransaction(int(producer_id), int(number), int(first), int(marker), text)
+    producer_id, number, first, marker, assured = text.split(":")
+    return CommittedTransaction(int(producer_id), int(number), int(first), int(marker), text,
+                                assured == "1")
 
 
 def _stored_batch(entry_id: Any, fields: Any) -> StoredBatch:

@@ -801,18 +801,20 @@ class KafkaClient:
         return FetchResult(code, int(part.high_watermark), int(part.last_stable_offset),
                            int(part.log_start_offset), bytes(part.records or b""), aborted)
 
-    async def list_offset(self, topic: str, partition: int, timestamp: int) -> int:
+    async def list_offset(self, topic: str, partition: int, timestamp: int, *,
+                          isolation_level: int = READ_UNCOMMITTED) -> int:
         """ListOffsets for one partition (EARLIEST, LATEST or a timestamp). tansu 0.6 answers
         LATEST wrongly; use high_watermark() for the end of a partition."""
-        part = await self._list_offsets(topic, partition, timestamp)
+        part = await self._list_offsets(topic, partition, timestamp, isolation_level)
         self._raise_for(part.error_code, topic, partition, f"list offsets of {topic}[{partition}]")
         return int(part.offset)
 
-    async def _list_offsets(self, topic: str, partition: int, timestamp: int) -> Message:
+    async def _list_offsets(self, topic: str, partition: int, timestamp: int,
+                            isolation_level: int = READ_UNCOMMITTED) -> Message:
         """One partition's ListOffsets answer, asked of its leader."""
         request = ListOffsetsRequest(
             replica_id=-1,
-            isolation_level=0,
+            isolation_level=isolation_level,
             topics=[ListOffsetsRequest.ListOffsetsTopic(
                 name=topic,
                 partitions=[ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(

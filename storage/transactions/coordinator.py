@@ -35,7 +35,7 @@ from storage.log_queue import transaction_key
 from storage.model import TopicPartition
 from storage.tasks import stop_task
 from storage.transactions import state as machine
-from storage.transactions.participants import TransactionParticipants
+from storage.transactions.participants import MarkerWritten, TransactionParticipants
 from storage.transactions.state import Step, TxnState, TxnStatus
 from storage.transactions.store import StoredTxn, TxnConflict, TxnStore
 from wire.errors import ErrorCode
@@ -74,9 +74,13 @@ class ProducerIdSource(Protocol):
 
 class HardeningLane(Protocol):
     """The hardening lane's records (storage.lane_store.LaneStore): it decides a committed
-    transaction only once it has read every partition the transaction has records in."""
+    transaction only once it has read every partition the transaction has records in, and
+    an assured one's commit is answered once it did."""
 
-    async def committed(self, key: str, tps: Collection[TopicPartition]) -> None: ...
+    async def committed(self, key: str, tps: Collection[TopicPartition], *, assured: bool
+                        ) -> None: ...
+
+    async def awaits_hardening(self, key: str) -> bool: ...
 
 
 class OffsetsListener(Protocol):
@@ -95,6 +99,10 @@ class CoordinatorSettings:
     # transactional.id.expiration.ms cleanup, hourly).
     expiration_ms: int = machine.TRANSACTIONAL_ID_EXPIRATION_MS
     expiration_scan_interval_ms: int = 3_600_000
+    # How long EndTxn waits for an assured commit to be hardened (below the clients' 30 s
+    # request timeout), and how often it looks.
+    assured_commit_wait_ms: int = 25_000
+    assured_poll_ms: int = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,12 +200,41 @@ class TransactionCoordinator:
 
     async def end_transaction(self, transactional_id: str, producer_id: int,
                               producer_epoch: int, commit: bool) -> ErrorCode:
+        """EndTxn, answered once the markers are written and, for a commit with assured
+        records, once the hardening lane has it in Kafka (or found it wholly delivered): the
+        promise acks=all makes moves from the transaction's produces to its commit. A commit
+        the lane did not harden in time answers CONCURRENT_TRANSACTIONS (retriable): the
+        producer asks again, and that commit is answered as soon as it is."""
         def decide(current: TxnState | None, _fresh: int | None) -> Step:
             return machine.end_transaction(current, producer_id=producer_id,
                                            producer_epoch=producer_epoch, commit=commit,
                                            now=self._clock_ms())
 
-        return (await self._handle(transactional_id, decide)).error
+        error = (await self._handle(transactional_id, decide)).error
+        if error is ErrorCode.NONE and commit:
+            return await self._hardened(transactional_id)
+        return error
+
+    async def _hardened(self, transactional_id: str) -> ErrorCode:
+        """Wait until the id's last committed transaction, if assured, is decided by the
+        hardening lane."""
+        deadline = self._clock_ms() + self._settings.assured_commit_wait_ms
+        try:
+            state = (await self._store.load(transactional_id)).state
+            if state is None or state.status is not TxnStatus.COMPLETE_COMMIT:
+                return ErrorCode.NONE
+            key = transaction_key(state.producer_id, state.number)
+            while await self._lane.awaits_hardening(key):
+                if self._clock_ms() >= deadline:
+                    log.info("transactional id %r: transaction %d not hardened within %d ms",
+                             transactional_id, state.number,
+                             self._settings.assured_commit_wait_ms)
+                    return ErrorCode.CONCURRENT_TRANSACTIONS
+                await asyncio.sleep(self._settings.assured_poll_ms / 1000)
+        except StorageError as exc:
+            log.warning("transactional id %r: %s", transactional_id, exc)
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        return ErrorCode.NONE
 
     # -- operators (DescribeTransactions, ListTransactions) --------------------------------
 
@@ -292,10 +329,11 @@ class TransactionCoordinator:
         firsts = await self._mark([TopicPartition(topic, partition)
                                    for topic, partition in sorted(decided.partitions)],
                                   decided, commit, marker, now)
-        holding = [tp for tp, first in firsts.items() if first >= 0]
+        holding = [tp for tp, written in firsts.items() if written.first_offset >= 0]
         if commit and holding:
-            await self._lane.committed(transaction_key(decided.producer_id, decided.number),
-                                       holding)
+            await self._lane.committed(
+                transaction_key(decided.producer_id, decided.number), holding,
+                assured=any(written.assured for written in firsts.values()))
         for group_id in sorted(decided.groups):
             committed = await self._participants.end_at_group(
                 group_id, decided.producer_id, decided.producer_epoch, decided.number,
@@ -318,16 +356,16 @@ class TransactionCoordinator:
             self._ended.transaction_ended(commit, cause)
 
     async def _mark(self, tps: list[TopicPartition], decided: TxnState, commit: bool,
-                    marker: bytes, now: int) -> dict[TopicPartition, int]:
+                    marker: bytes, now: int) -> dict[TopicPartition, MarkerWritten]:
         """The markers of every partition, in one round trip (and one more for the
-        partitions Redis had to start first); the first offset of the transaction's records
-        in each (-1: none, or a commit the hardening lane has decided already)."""
-        firsts: dict[TopicPartition, int] = {}
+        partitions Redis had to start first); what each said of the transaction's records
+        there (a first offset of -1: none, or a commit the hardening lane decided already)."""
+        firsts: dict[TopicPartition, MarkerWritten] = {}
         for _ in range(2):
             written = await self._participants.write_markers(
                 tps, decided.producer_id, decided.producer_epoch, decided.number,
                 commit=commit, marker=marker, now_ms=now)
-            firsts.update((tp, w.first_offset) for tp, w in zip(tps, written, strict=True))
+            firsts.update(zip(tps, written, strict=True))
             # A partition deleted with its records since they joined the transaction has
             # nothing left to end (and starting it would bring its keys back).
             tps = await self._start_existing(

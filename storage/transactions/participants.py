@@ -54,7 +54,7 @@ if reg.n == n then
   return 0
 end
 if reg.n > reg.m then return 51 end
-reg.n, reg.e, reg.f, reg.t = n, epoch, -1, ARGV[4]
+reg.n, reg.e, reg.f, reg.a, reg.t = n, epoch, -1, 0, ARGV[4]
 redis.call('HSET', txns, pid, cjson.encode(reg))
 return 0
 """
@@ -63,15 +63,16 @@ return 0
 # transaction number, commit (1/0), the control batch, now (ms), level. Ends transaction
 # ARGV[3] here: when it is registered, the marker is appended at the next offset, the
 # transaction leaves the open set (the last stable offset moves on) and, with records, joins
-# the aborted list or the committed one (member "pid:number:first:marker", score first, until
-# the hardening lane decides it). An
+# the aborted list or the committed one (member "pid:number:first:marker:assured", score
+# first, until the hardening lane decides it). An
 # earlier transaction of the producer still open here (possible only when the coordinator's
 # state was lost) is aborted instead. The marker's epoch is the producer's from now on: a
 # fencing marker carries a bumped one, and batches of the fenced epoch are refused. Returns
 # {-1} when the partition is not started in this Redis process (a partition Redis lost: start
 # it and write again; its transaction's records went with it), {0} when there was nothing to
-# write (never registered, or already written: then {0, first offset} when it is still in
-# the committed list), else {1, marker offset, first offset of the transaction's records or -1}.
+# write (never registered, or already written: then {0, first offset, assured} when it is
+# still in the committed list), else {1, marker offset, first offset of the transaction's
+# records or -1, assured (0/1)}.
 _WRITE_MARKER = RUN_ID_LUA + """
 local log, meta, txns, open, aborted, pids = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local committed = KEYS[7]
@@ -86,7 +87,8 @@ if raw and reg.m >= n then
   local prefix = pid .. ':' .. n .. ':'
   for _, member in ipairs(redis.call('ZRANGE', committed, 0, -1)) do
     if string.sub(member, 1, #prefix) == prefix then
-      return {0, tonumber(string.match(member, '^%d+:%d+:(%d+):'))}
+      local first, assured = string.match(member, '^%d+:%d+:(%d+):%d+:(%d)$')
+      return {0, tonumber(first), tonumber(assured)}
     end
   end
   return {0}
@@ -107,13 +109,15 @@ if raw and reg.n > reg.m then
   if not commit and reg.f >= 0 then
     redis.call('ZADD', aborted, base, pid .. ':' .. reg.f)
   elseif reg.f >= 0 then
-    redis.call('ZADD', committed, reg.f, pid .. ':' .. n .. ':' .. reg.f .. ':' .. base)
+    redis.call('ZADD', committed, reg.f,
+               pid .. ':' .. n .. ':' .. reg.f .. ':' .. base .. ':' .. (reg.a or 0))
   end
-  reply = {1, base, reg.f}
+  reply = {1, base, reg.f, reg.a or 0}
 end
 reg.m = n
 reg.n = math.max(reg.n, n)
 reg.f = -1
+reg.a = 0
 if epoch > reg.e then reg.e = epoch end
 redis.call('HSET', txns, pid, cjson.encode(reg))
 local state = redis.call('HGET', pids, pid)
@@ -216,6 +220,7 @@ class MarkerWritten:
     needs_start: bool = False  # Redis does not know the partition: start it, write again
     marker_offset: int = -1  # -1: nothing appended (written before, or never registered)
     first_offset: int = -1  # the transaction's first record here, -1 if it had none
+    assured: bool = False  # an assured batch among its records here
 
 
 class TransactionParticipants:
@@ -315,5 +320,8 @@ def _marker_written(reply: Sequence[Any]) -> MarkerWritten:
     if int(reply[0]) < 0:
         return MarkerWritten(needs_start=True)
     if int(reply[0]) == 0:
-        return MarkerWritten(first_offset=int(reply[1]) if len(reply) > 1 else -1)
-    return MarkerWritten(marker_offset=int(reply[1]), first_offset=int(reply[2]))
+        if len(reply) == 1:
+            return MarkerWritten()
+        return MarkerWritten(first_offset=int(reply[1]), assured=bool(int(reply[2])))
+    return MarkerWritten(marker_offset=int(reply[1]), first_offset=int(reply[2]),
+                         assured=bool(int(reply[3])))

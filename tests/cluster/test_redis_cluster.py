@@ -215,8 +215,8 @@ def test_a_redis_master_killed_under_a_kiln_cluster_loses_and_duplicates_nothing
 
 
 # The integration modules that exercise the log queue's scripts, the group store, delivery,
-# hardening, deletion, the CLI and transactions: run again, unchanged, with the Redis Cluster as the
-# session's Redis (and this session's Kafka).
+# hardening, deletion, the CLI, transactions and their hardening: run again, unchanged, with
+# the Redis Cluster as the session's Redis (and this session's Kafka).
 ON_REDIS_CLUSTER = [
     "tests/integration/test_produce_harden.py",
     "tests/integration/test_produce_validation.py",
@@ -230,6 +230,7 @@ ON_REDIS_CLUSTER = [
     "tests/integration/test_topic_admin.py",
     "tests/integration/test_cli_flush_drain.py",
     "tests/integration/test_transactions.py",
+    "tests/integration/test_hardening_lane.py",
 ]
 
 

@@ -50,9 +50,19 @@ def coordinator_of(nodes: list[RunningKiln], transactional_id: str) -> RunningKi
     return next(k for k in nodes if k.app.node_id == node_id)
 
 
+def led_by_every_node(nodes: list[RunningKiln], prefix: str) -> str:
+    """A topic name whose partitions are led by every node (placement hashes the name)."""
+    for i in range(100):
+        name = f"{prefix}-{i}"
+        if {nodes[0].app.leadership.leader(KilnPartition(name, p))
+                for p in range(PARTITIONS)} == {k.app.node_id for k in nodes}:
+            return name
+    raise AssertionError("no topic name spreads its partitions over every node")
+
+
 def test_transactions_span_partitions_led_by_every_node(
-        txn_cluster: list[RunningKiln], unique_topic: str) -> None:
-    topic = make_topic(txn_cluster, unique_topic)
+        txn_cluster: list[RunningKiln], unique_topic: str, kafka_bootstrap: str) -> None:
+    topic = make_topic(txn_cluster, led_by_every_node(txn_cluster, unique_topic))
     leaders = {txn_cluster[0].app.leadership.leader(KilnPartition(topic, p))
                for p in range(PARTITIONS)}
     # Given transactional producers whose ids different nodes coordinate
@@ -79,6 +89,13 @@ def test_transactions_span_partitions_led_by_every_node(
     assert leaders == {k.app.node_id for k in txn_cluster}
     assert len(by_node) == len(txn_cluster)
     assert read_committed(txn_cluster, topic, len(sent)) == sorted(sent)
+    # ... and so does one of Kafka: each commit (assured: acks=all) was answered once one
+    # node's hardening lane had written it, whichever nodes led its partitions
+    lanes = [k.app.node_id for k in txn_cluster if k.app.lane and k.app.lane.leading]
+    assert len(lanes) == 1
+    in_kafka = read_to_end(kafka_bootstrap, topic, PARTITIONS, "read_committed",
+                           expected=len(sent))
+    assert sorted(v for values in in_kafka.values() for _, v in values) == sorted(sent)
 
 
 def test_a_transaction_commits_whole_when_its_coordinator_stops_midway(

@@ -30,11 +30,17 @@ def kiln(redis_url: str, kafka_bootstrap: str) -> Iterator[RunningKiln]:
         yield running
 
 
+def create_topic(kiln: RunningKiln, name: str, **config: str) -> str:
+    admin = AdminClient({"bootstrap.servers": kiln.bootstrap})
+    admin.create_topics([NewTopic(name, PARTITIONS, 1, config=config)])[name].result(30)
+    return name
+
+
 @pytest.fixture
 def topic(kiln: RunningKiln, unique_topic: str) -> str:
-    admin = AdminClient({"bootstrap.servers": kiln.bootstrap})
-    admin.create_topics([NewTopic(unique_topic, PARTITIONS, 1)])[unique_topic].result(30)
-    return unique_topic
+    """Producers get at most reliable_persistent: commits are answered before they are
+    hardened, and what reaches Kafka is what a flush hardens."""
+    return create_topic(kiln, unique_topic, **{"kiln.max.reliability": "reliable_persistent"})
 
 
 def transactional_producer(kiln: RunningKiln) -> Producer:
@@ -179,7 +185,8 @@ def test_a_wholly_delivered_transaction_is_not_hardened_and_a_partly_delivered_o
         in_partitions(second)
     states = kiln.call(kiln.app.queue.states(
         [StorageTopicPartition(topic, p) for p in range(PARTITIONS)]))
-    assert [s.buffered_records for s in states] == [0, 0]
+    # (the marker that ends each partition stays: it moves readers at the end past it)
+    assert [s.buffered_records for s in states] == [1, 1]
     assert sum(s.hardened_records for s in states) == 6
     assert sum(s.delivered_records for s in states) == 6
 
@@ -211,3 +218,36 @@ def test_the_lane_takes_a_partition_over_from_its_own_hardener_without_a_gap_or_
     read = hardened(kafka_bootstrap, topic)
     assert {p: [v for _, v in records] for p, records in read.items()} == \
         in_partitions(first + txn + after + more)
+
+
+def test_an_assured_commit_is_answered_once_the_transaction_is_in_kafka(
+        kiln: RunningKiln, unique_topic: str, kafka_bootstrap: str) -> None:
+    # Given a transactional producer (acks=all: assured_persistent, which the topic lets
+    # producers ask for) and Kiln's delay of 10 minutes
+    topic = create_topic(kiln, unique_topic)
+    producer = transactional_producer(kiln)
+
+    # When it commits a transaction
+    values = transaction(producer, topic, "assured", 6, commit=True)
+
+    # Then the commit was answered only once Kafka's read_committed readers see it whole
+    read = hardened(kafka_bootstrap, topic, timeout_s=5)
+    assert {p: [v for _, v in records] for p, records in read.items()} == \
+        in_partitions(values)
+
+
+def test_a_reliable_persistent_commit_is_answered_before_it_is_hardened(
+        kiln: RunningKiln, topic: str, kafka_bootstrap: str) -> None:
+    # Given a topic whose producers get at most reliable_persistent
+    producer = transactional_producer(kiln)
+
+    # When a transaction commits
+    values = transaction(producer, topic, "later", 6, commit=True)
+
+    # Then Kafka holds nothing of it yet (the delay has not passed), and all of it after a
+    # flush
+    assert hardened(kafka_bootstrap, topic, timeout_s=5) == {0: [], 1: []}
+    assert kiln.flush()
+    read = hardened(kafka_bootstrap, topic)
+    assert {p: [v for _, v in records] for p, records in read.items()} == \
+        in_partitions(values)

@@ -36,6 +36,10 @@ from wire.errors import ErrorCode
 from wire.txn_markers import build_marker
 
 PARTITIONS = 2
+# These tests look at what Kiln serves from Redis: their topics give producers at most
+# reliable_persistent, so a commit is answered without waiting for the hardening lane and a
+# transaction stays in the log queue for the delay (hardening: test_hardening_lane.py).
+IN_REDIS = {"kiln.max.reliability": "reliable_persistent"}
 
 
 @pytest.fixture
@@ -49,7 +53,8 @@ def kiln(redis_url: str, kafka_bootstrap: str) -> Iterator[RunningKiln]:
 @pytest.fixture
 def topic(kiln: RunningKiln, unique_topic: str) -> str:
     admin = AdminClient({"bootstrap.servers": kiln.bootstrap})
-    admin.create_topics([NewTopic(unique_topic, PARTITIONS, 1)])[unique_topic].result(30)
+    admin.create_topics([NewTopic(unique_topic, PARTITIONS, 1, config=IN_REDIS)]
+                        )[unique_topic].result(30)
     return unique_topic
 
 
@@ -341,7 +346,7 @@ def test_consume_transform_produce_commits_input_offsets_with_the_output(
     # transformed in a transaction and commits its input offsets in the same transaction
     source = f"{unique_topic}-in"
     admin = AdminClient({"bootstrap.servers": kiln.bootstrap})
-    admin.create_topics([NewTopic(source, 1, 1)])[source].result(30)
+    admin.create_topics([NewTopic(source, 1, 1, config=IN_REDIS)])[source].result(30)
     plain = Producer({"bootstrap.servers": kiln.bootstrap, "acks": 1})
     for i in range(10):
         plain.produce(source, f"r{i}".encode(), partition=0)
@@ -502,7 +507,7 @@ def test_a_transaction_over_many_partitions_commits(kiln: RunningKiln, unique_to
     # Given a topic with more partitions than Kiln has Redis connections for one request
     wide = f"{unique_topic}-wide"
     admin = AdminClient({"bootstrap.servers": kiln.bootstrap})
-    admin.create_topics([NewTopic(wide, 200, 1)])[wide].result(30)
+    admin.create_topics([NewTopic(wide, 200, 1, config=IN_REDIS)])[wide].result(30)
     # When one transaction writes to every partition and commits
     producer = transactional_producer(kiln)
     producer.begin_transaction()
