@@ -493,25 +493,34 @@ class Hardener:
 
 
     async def _registered(self, topic: str) -> TopicConfig:
-        """The topic as registered; TopicGone (the task ends) once it was deleted. One that
-        Redis lost (registry and all) is adopted again from Kafka."""
-        config = await self._catalog.registry.get(topic)
-        if config is None and await self._catalog.registry.deletion(topic) is None:
-            config = await self._catalog.lookup(topic, allow_create=False)
-        if config is None:
-            raise TopicGone(f"topic {topic!r} was deleted")
-        return config
+        return await registered(self._catalog, topic)
 
     async def _subscribed(self, topic: str, batches: Sequence[StoredBatch]) -> bool:
-        """Whether `topic` has durable subscriptions, for the reliable_nonpersistent
-        batches among `batches`: they are dropped when it has none, so a subscription
-        registered a moment ago (the registry is read at most once a second) is looked for
-        in Redis before that."""
-        if not any(b.reliability is Reliability.RELIABLE_NONPERSISTENT for b in batches):
-            return False  # nothing it decides
-        if await self._subscriptions.groups(topic):
-            return True
-        return bool(await self._subscriptions.groups(topic, fresh=True))
+        return await subscribed(self._subscriptions, topic, batches)
+
+
+async def registered(catalog: Catalog, topic: str) -> TopicConfig:
+    """The topic as registered; TopicGone (the task ends) once it was deleted. One that
+    Redis lost (registry and all) is adopted again from Kafka."""
+    config = await catalog.registry.get(topic)
+    if config is None and await catalog.registry.deletion(topic) is None:
+        config = await catalog.lookup(topic, allow_create=False)
+    if config is None:
+        raise TopicGone(f"topic {topic!r} was deleted")
+    return config
+
+
+async def subscribed(subscriptions: DurableSubscriptions, topic: str,
+                     batches: Sequence[StoredBatch]) -> bool:
+    """Whether `topic` has durable subscriptions, for the reliable_nonpersistent
+    batches among `batches`: they are dropped when it has none, so a subscription
+    registered a moment ago (the registry is read at most once a second) is looked for
+    in Redis before that."""
+    if not any(b.reliability is Reliability.RELIABLE_NONPERSISTENT for b in batches):
+        return False  # nothing it decides
+    if await subscriptions.groups(topic):
+        return True
+    return bool(await subscriptions.groups(topic, fresh=True))
 
 
 def hardens(batch: StoredBatch, policy: HardenPolicy) -> bool:

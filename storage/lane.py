@@ -33,12 +33,18 @@ from storage.catalog import Catalog
 from storage.clock import wall_clock_ms
 from storage.errors import BufferUnavailable, Fenced, PartitionLost, StorageError
 from storage.hardened_store import NOTHING_WRITTEN, Fence
-from storage.hardener import DurableSubscriptions, HardenerCounters, hardens
+from storage.hardener import (
+    DurableSubscriptions,
+    HardenerCounters,
+    hardens,
+    registered,
+    subscribed,
+)
 from storage.kafka.client import KafkaClient
 from storage.lane_store import LANE, LaneStore
 from storage.lane_writer import LaneWriter
 from storage.log_queue import CommittedTransaction, Lease, LogQueue, PartitionState
-from storage.model import Reliability, StoredBatch, TopicPartition
+from storage.model import StoredBatch, TopicPartition
 from storage.operator_requests import flush_requests
 from storage.policy.delay import due_prefix
 from storage.policy.hardening_pass import PassView
@@ -52,7 +58,7 @@ from storage.policy.lane_pass import (
 from storage.policy.observer import DelayObserver
 from storage.policy.reliability import shed_now
 from storage.tasks import stop_task
-from storage.topics import HardenPolicy, TopicConfig, TopicGone
+from storage.topics import HardenPolicy, TopicConfig
 from wire.batch import BatchHeader, read_header
 
 log = logging.getLogger(__name__)
@@ -280,13 +286,11 @@ class HardeningLane:
                 if txn.assured:  # its producer's commit waits: harden it now
                     self._flush_goal[tp] = max(self._flush_goal.get(tp, 0),
                                                txn.marker_offset + 1)
-        wait_s = self._settings.tick_s
-        parts = []
-        for tp in tps:
-            part, due_in_s = await self._partition(tp, states[tp], committed[tp],
-                                                   policies[tp.topic], now)
-            parts.append(part)
-            wait_s = min(wait_s, due_in_s)
+        found = await asyncio.gather(*(
+            self._partition(tp, states[tp], committed[tp], policies[tp.topic], now)
+            for tp in tps))
+        parts = [part for part, _ in found]
+        wait_s = min([self._settings.tick_s, *(due_in_s for _, due_in_s in found)])
         try:
             plan = plan_lane(_without_broken(parts), participants, _header,
                              lambda tp, batch: hardens(batch, policies[tp.topic]))
@@ -343,10 +347,17 @@ class HardeningLane:
                      ) -> bool:
         writes = {tp: p.to_write for tp, p in plan.partitions.items() if p.to_write}
         results = {}
+
+        async def settle() -> None:
+            # Decided: assured commits waiting for these transactions are answered now.
+            await self._store.settle(plan.decided_keys)
+
         if writes:
             started = time.monotonic()
-            results = await self._writer.write(writes)
+            results = await self._writer.write(writes, committed=settle)
             self._delay.kafka_write((time.monotonic() - started) * 1000, self._clock())
+        else:
+            await settle()
         progressed = False
         for tp, part in plan.partitions.items():
             held = self._held[tp]
@@ -405,19 +416,10 @@ class HardeningLane:
         return plan.blocked
 
     async def _registered(self, topic: str) -> TopicConfig:
-        config = await self._catalog.registry.get(topic)
-        if config is None and await self._catalog.registry.deletion(topic) is None:
-            config = await self._catalog.lookup(topic, allow_create=False)
-        if config is None:
-            raise TopicGone(f"topic {topic!r} was deleted")
-        return config
+        return await registered(self._catalog, topic)
 
     async def _subscribed(self, topic: str, batches: Sequence[StoredBatch]) -> bool:
-        if not any(b.reliability is Reliability.RELIABLE_NONPERSISTENT for b in batches):
-            return False
-        if await self._subscriptions.groups(topic):
-            return True
-        return bool(await self._subscriptions.groups(topic, fresh=True))
+        return await subscribed(self._subscriptions, topic, batches)
 
 
 def _header(batch: StoredBatch) -> BatchHeader:

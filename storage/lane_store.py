@@ -7,6 +7,9 @@ Layout (`{lane:default}` is the hash tag; one lane for now, docs/transactions-de
                                   written once all its markers are; the lane decides it only
                                   once it has read them all. Its producer's commit waits
                                   until the lane decided it when it is assured.
+  kiln:{lane:default}:settled     hash; transaction key -> 1 once the lane decided it (its
+                                  Kafka transaction committed, or it was wholly delivered),
+                                  before it is forgotten: an assured commit is answered then
   kiln:{lane:default}:lease       string; the Kiln process that runs the lane
   kiln:{lane:default}:writer      string; the last one that took the lease and has not let go
 
@@ -38,7 +41,8 @@ class LaneStore:
                  on_committed: Callable[[], None] = lambda: None) -> None:
         self._redis = redis
         self._lane = lane
-        # Told when a committed transaction was listed: a lane in this process looks at once.
+        # Told when an assured committed transaction was listed: a lane in this process
+        # looks at once.
         self._on_committed = on_committed
         self._lease = redis.register_script(LEASE_LUA)
         self._release = redis.register_script(RELEASE_LUA)
@@ -57,7 +61,8 @@ class LaneStore:
             await self._redis.hsetnx(self._key("committed"), key, value)
         except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
-        self._on_committed()
+        if assured:  # its producer waits for the lane; the others wait for the delay
+            self._on_committed()
 
     async def participants(self) -> dict[str, list[TopicPartition]]:
         try:
@@ -72,16 +77,31 @@ class LaneStore:
         """Whether committed transaction `key` is assured and the lane has not decided it
         yet (hardened it, or found it wholly delivered)."""
         try:
-            raw = await self._redis.hget(self._key("committed"), key)
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.hget(self._key("committed"), key)
+                pipe.hexists(self._key("settled"), key)
+                raw, settled = await pipe.execute()
         except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
-        return raw is not None and bool(json.loads(raw)["assured"])
+        return raw is not None and bool(json.loads(raw)["assured"]) and not settled
+
+    async def settle(self, keys: Collection[str]) -> None:
+        """The lane decided these transactions (they are forgotten after its pass ends)."""
+        if not keys:
+            return
+        try:
+            await self._redis.hset(self._key("settled"), mapping=dict.fromkeys(keys, 1))
+        except REDIS_FAILURES as exc:
+            raise BufferUnavailable(str(exc)) from exc
 
     async def forget(self, keys: Collection[str]) -> None:
         if not keys:
             return
         try:
-            await self._redis.hdel(self._key("committed"), *keys)
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.hdel(self._key("committed"), *keys)
+                pipe.hdel(self._key("settled"), *keys)
+                await pipe.execute()
         except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
 

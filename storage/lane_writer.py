@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from storage.errors import HardenedStoreRejected, HardenedStoreUnavailable
@@ -52,6 +52,10 @@ _COMMITTED_POLL_S = 0.005
 
 def lane_transactional_id(lane: str) -> str:
     return f"{LANE_ID_PREFIX}.{lane}"
+
+
+async def _nothing() -> None:
+    pass
 
 
 @dataclass(slots=True)
@@ -117,10 +121,12 @@ class LaneWriter:
     def next_kiln_offset(self, tp: TopicPartition) -> int:
         return self._partitions[tp].next_kiln_offset
 
-    async def write(self, writes: Mapping[TopicPartition, Sequence[LaneWrite]]
+    async def write(self, writes: Mapping[TopicPartition, Sequence[LaneWrite]],
+                    committed: Callable[[], Awaitable[None]] = _nothing
                     ) -> dict[TopicPartition, WriteResult]:
-        """Write one pass in one Kafka transaction, committed before this returns. Records
-        already committed in Kafka are skipped. Raises StorageError (or
+        """Write one pass in one Kafka transaction, committed before this returns (and
+        `committed` called as soon as Kafka has the commit, before its readers see it).
+        Records already committed in Kafka are skipped. Raises StorageError (or
         HardenedStoreRejected for a stored batch that cannot be decoded); nothing of the
         pass is visible then, and the writer needs start()."""
         if not self._ready:
@@ -140,6 +146,7 @@ class LaneWriter:
                                         f"hardening lane: stored batch: {exc.message}") from exc
         await self._client.end_txn(self.transactional_id, self._producer_id, self._epoch,
                                    commit=True)
+        await committed()
         await asyncio.gather(*(self._committed_at(tp, progress.kafka_end)
                                for tp, progress in zip(work, sent, strict=True)
                                if progress.records))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 PARTITION_EOF = -191
 
@@ -16,16 +16,26 @@ def read_to_end(bootstrap: str, topic: str, partitions: int, isolation: str, *,
     """Every partition's (offset, value) pairs from offset 0, read until each partition
     reported its end (and `expected` values arrived, when given) or `timeout_s` passed;
     AssertionError if a partition's end was not reached."""
+    read = read_messages(bootstrap, topic, partitions, isolation, expected=expected,
+                         timeout_s=timeout_s)
+    return {p: sorted((m.offset(), m.value().decode()) for m in messages)
+            for p, messages in read.items()}
+
+
+def read_messages(bootstrap: str, topic: str, partitions: int, isolation: str, *,
+                  expected: int | None = None, timeout_s: float = 10
+                  ) -> dict[int, list[Message]]:
+    """As read_to_end, every partition's messages in the order they were read."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
                          "isolation.level": isolation, "enable.auto.commit": False,
                          "enable.partition.eof": True})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    values: dict[int, list[tuple[int, str]]] = {p: [] for p in range(partitions)}
+    read: dict[int, list[Message]] = {p: [] for p in range(partitions)}
     ended: set[int] = set()
     deadline = time.monotonic() + timeout_s
     try:
         while time.monotonic() < deadline:
-            count = sum(len(v) for v in values.values())
+            count = sum(len(v) for v in read.values())
             if len(ended) == partitions and (expected is None or count >= expected):
                 break
             message = consumer.poll(0.2)
@@ -37,8 +47,8 @@ def read_to_end(bootstrap: str, topic: str, partitions: int, isolation: str, *,
                     continue
                 raise KafkaException(message.error())
             ended.discard(message.partition())
-            values[message.partition()].append((message.offset(), message.value().decode()))
+            read[message.partition()].append(message)
     finally:
         consumer.close()
-    assert len(ended) == partitions, f"the end of partitions {set(values) - ended} not reached"
-    return {p: sorted(v) for p, v in values.items()}
+    assert len(ended) == partitions, f"the end of partitions {set(read) - ended} not reached"
+    return read

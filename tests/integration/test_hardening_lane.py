@@ -5,17 +5,16 @@ lane) keep their Kiln offsets in order; wholly delivered transactions are not wr
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from storage.model import TopicPartition as StorageTopicPartition
 from tests.kiln_harness import RunningKiln, fresh_kiln
-from tests.txn_readers import PARTITION_EOF, read_to_end
+from tests.txn_readers import read_messages, read_to_end
 from wire.lineage import lineage_offset
 
 PARTITIONS = 2
@@ -77,30 +76,10 @@ def hardened(kafka_bootstrap: str, topic: str, timeout_s: float = 20
              ) -> dict[int, list[tuple[int, str]]]:
     """Per partition, (Kiln offset, value) of every record a read_committed consumer of the
     hardened topic in Kafka reads, in Kafka order."""
-    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "unused",
-                         "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "enable.partition.eof": True})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    read: dict[int, list[tuple[int, str]]] = {p: [] for p in range(PARTITIONS)}
-    ended: set[int] = set()
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(ended) < PARTITIONS and time.monotonic() < deadline:
-            message = consumer.poll(0.2)
-            if message is None:
-                continue
-            if message.error():
-                if message.error().code() == PARTITION_EOF:
-                    ended.add(message.partition())
-                    continue
-                raise KafkaException(message.error())
-            read[message.partition()].append(
-                (lineage_offset(message.headers(), message.offset()),
-                 message.value().decode()))
-    finally:
-        consumer.close()
-    assert len(ended) == PARTITIONS, "the end of the hardened partitions was not reached"
-    return read
+    read = read_messages(kafka_bootstrap, topic, PARTITIONS, "read_committed",
+                         timeout_s=timeout_s)
+    return {p: [(lineage_offset(m.headers(), m.offset()), m.value().decode())
+                for m in messages] for p, messages in read.items()}
 
 
 def in_partitions(values: list[str]) -> dict[int, list[str]]:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
 import pytest
 
@@ -22,27 +20,15 @@ from storage.hardened_store import HardenedPartitionWriter, tail_position
 from storage.kafka.client import KafkaClient, PartitionEnds
 from storage.model import TopicPartition
 from storage.read_through import ColdRead, ColdReader
+from tests.integration.test_hardened_store import run
 from wire.lineage import kiln_offset_header
 from wire.records import BatchBuilder, decode_records
 
 pytestmark = pytest.mark.integration
 
-T = TypeVar("T")
 BASE_TS = 1_700_000_000_000
 TXN_TIMEOUT_MS = 60_000
 COMMITTED, ABORTED, AGAIN = b"committed", b"aborted", b"again"
-
-
-def run(bootstrap: str, body: Callable[[KafkaClient], Awaitable[T]]) -> T:
-    async def main() -> T:
-        client = KafkaClient(bootstrap, client_id="kiln-test")
-        await client.start()
-        try:
-            return await body(client)
-        finally:
-            await client.close()
-
-    return asyncio.run(main())
 
 
 class Lane:
