@@ -142,12 +142,6 @@ class HardeningLane:
     def wake(self) -> None:
         self._wakeup.set()
 
-    def flush(self, goals: Mapping[TopicPartition, int]) -> None:
-        """Harden these partitions up to these offsets regardless of the delay."""
-        for tp, goal in goals.items():
-            self._flush_goal[tp] = max(self._flush_goal.get(tp, 0), goal)
-        self._wakeup.set()
-
     async def _run(self) -> None:
         backoff = 0.0
         while not self._stopping.is_set():
@@ -162,13 +156,13 @@ class HardeningLane:
                     await self._idle(wait_s)
             except Fenced as exc:
                 log.warning("hardening lane fenced: %s", exc)
-                await self._restart()
+                self._restart()
                 await asyncio.sleep(self._settings.tick_s)
             except StorageError as exc:
                 self.counters.errors += 1
                 if not isinstance(exc, BufferUnavailable | PartitionLost):
                     self._delay.kafka_failed(self._clock())
-                await self._restart()
+                self._restart()
                 backoff = min(self._settings.max_backoff_s, max(0.05, backoff * 2))
                 log.warning("hardening lane paused %.2fs: %s", backoff, exc)
                 await asyncio.sleep(backoff)
@@ -180,14 +174,13 @@ class HardeningLane:
                 await self._wakeup.wait()
         self._wakeup.clear()
 
-    async def _restart(self) -> None:
+    def _restart(self) -> None:
         """After a failure: every partition is taken again (its resume point read from
-        Kafka), under a new epoch."""
+        Kafka), under a new epoch once the lane's lease is confirmed (a lane fenced by a
+        successor must not fence it back)."""
         self._held.clear()
         self._scanned_at = float("-inf")
-        if self._leading:
-            with contextlib.suppress(StorageError):
-                await self._writer.start()
+        self._writer.discard()
 
     async def _lead(self) -> bool:
         """Take or renew the lane's lease where the lane is placed here; let go elsewhere."""

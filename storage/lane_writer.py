@@ -96,8 +96,10 @@ class LaneWriter:
         log.info("hardening lane %s: producer %d epoch %d", self.transactional_id,
                  self._producer_id, self._epoch)
 
-    def holds(self, tp: TopicPartition) -> bool:
-        return tp in self._partitions
+    def discard(self) -> None:
+        """Forget the epoch and the partitions: `start()` again before writing."""
+        self._ready = False
+        self._partitions.clear()
 
     def let_go(self, tp: TopicPartition) -> None:
         self._partitions.pop(tp, None)
@@ -117,9 +119,6 @@ class LaneWriter:
                                         f"of the partition: {exc.message}") from exc
         self._partitions[tp] = _Partition(0 if resume is None else resume)
         return resume
-
-    def next_kiln_offset(self, tp: TopicPartition) -> int:
-        return self._partitions[tp].next_kiln_offset
 
     async def write(self, writes: Mapping[TopicPartition, Sequence[LaneWrite]],
                     committed: Callable[[], Awaitable[None]] = _nothing

@@ -14,9 +14,10 @@ transaction undecided in any partition or group.
 
 Unlike Kafka, EndTxn is answered once the markers are written, not once the decision is:
 the client's next transaction then never meets the last one's markers still being written
-(CONCURRENT_TRANSACTIONS and a backoff). A scan on every node aborts, as Kafka does, the
-transactions it coordinates that stayed open past their timeout, fencing their producer's
-epoch, and finishes decisions left half done.
+(CONCURRENT_TRANSACTIONS and a backoff). A commit with assured records is answered later
+still, once the hardening lane (storage/lane.py) has the transaction in Kafka. A scan on
+every node aborts, as Kafka does, the transactions it coordinates that stayed open past
+their timeout, fencing their producer's epoch, and finishes decisions left half done.
 """
 
 from __future__ import annotations

@@ -9,10 +9,11 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from storage.model import TopicPartition as StorageTopicPartition
+from tests.conftest import KafkaRelay
 from tests.kiln_harness import RunningKiln, fresh_kiln
 from tests.txn_readers import read_messages, read_to_end
 from wire.lineage import lineage_offset
@@ -230,3 +231,31 @@ def test_a_reliable_persistent_commit_is_answered_before_it_is_hardened(
     read = hardened(kafka_bootstrap, topic)
     assert {p: [v for _, v in records] for p, records in read.items()} == \
         in_partitions(values)
+
+
+def test_an_assured_commit_is_not_answered_while_kafka_is_away_and_is_once_it_is_back(
+        redis_url: str, kafka_bootstrap: str, kafka_relay: KafkaRelay,
+        unique_topic: str) -> None:
+    with fresh_kiln(redis_url, kafka_relay.bootstrap, harden_delay_ms=600_000,
+                    transactions_enabled=True) as running:
+        # Given a transactional producer through a Kiln whose Kafka goes away
+        topic = create_topic(running, unique_topic)
+        producer = transactional_producer(running)
+        transaction(producer, topic, "before", 2, commit=True)
+        kafka_relay.relay.stop()
+
+        # When it commits a transaction (acks=all: assured)
+        producer.begin_transaction()
+        send(producer, topic, ["during.0", "during.1"])
+        with pytest.raises(KafkaException) as unanswered:
+            producer.commit_transaction(5)
+        # ... and commits again once Kafka is back
+        kafka_relay.relay.start()
+        producer.commit_transaction(30)
+
+    # Then the first try was left unanswered, retriably, and once answered the transaction
+    # is in Kafka, once
+    assert unanswered.value.args[0].retriable()
+    read = hardened(kafka_bootstrap, topic)
+    assert {p: [v for _, v in records] for p, records in read.items()} == \
+        {0: ["before.0", "during.0"], 1: ["before.1", "during.1"]}
