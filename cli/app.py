@@ -11,6 +11,7 @@ from proxy.context import KilnContext, ServerSettings
 from proxy.http_endpoints import HttpEndpoints
 from proxy.limits import ListenerLimits, ListenerMemory
 from proxy.listener import Listener
+from storage import faults
 from storage.acks import SettledWaiters
 from storage.appends import AppendSignals
 from storage.broker_configs import BrokerConfigs, kiln_broker_configs
@@ -63,6 +64,7 @@ class StartupError(Exception):
 class KilnApp:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        faults.arm(settings.crash_at)
         self.queue = LogQueue.from_url(settings.redis_url)
         self.membership = Membership(self.queue.redis, NodeSettings(
             heartbeat_ms=settings.node_heartbeat_ms,

@@ -19,6 +19,7 @@ from typing import Any
 from cli import dev_instance
 from proxy.limits import ListenerLimits
 from storage.catalog import KAFKA_DEFAULT
+from storage.faults import parse_crash_at
 from storage.kafka.client import parse_bootstrap
 from storage.nodes import AUTO_NODE_ID
 from storage.redis_pool import (
@@ -62,9 +63,9 @@ class Settings:
     max_ack_delay_ms: int = 10_000
     buffer_budget_bytes: int = 512 * 1024 * 1024
     auto_create_topics: bool = True
-    # Kafka transactions (docs/transactions-design.md): off until a transaction's records can
-    # be hardened whole; while on, hardening of a partition stops at its first transaction.
-    transactions_enabled: bool = False
+    # Kafka transactions (docs/transactions-design.md); off: Kiln answers transactional
+    # producers as a broker without a transaction coordinator (COORDINATOR_NOT_AVAILABLE).
+    transactions_enabled: bool = True
     # Partitions of a topic created without a count (auto-created, CreateTopics asking for
     # the default, `kiln topics create` without --partitions); 0 (or "kafka"): as many as
     # the Kafka cluster behind Kiln gives one, its brokers' num.partitions.
@@ -102,6 +103,8 @@ class Settings:
     # group.consumer.session.timeout.ms and group.consumer.heartbeat.interval.ms.
     group_consumer_session_timeout_ms: int = 45_000
     group_consumer_heartbeat_interval_ms: int = 5_000
+    # For fault tests only: end the process at this crash point (storage/faults.py).
+    crash_at: str = ""
 
     @property
     def subscriptions(self) -> list[tuple[str, str]]:
@@ -240,6 +243,10 @@ def _validate(settings: Settings) -> Settings:
         raise SettingsError("group_max_session_timeout_ms: must be >= group_min_session_"
                             f"timeout_ms ({settings.group_min_session_timeout_ms}), got "
                             f"{settings.group_max_session_timeout_ms}")
+    try:
+        parse_crash_at(settings.crash_at)
+    except ValueError as exc:
+        raise SettingsError(f"crash_at: {exc}") from None
     if settings.log_level not in _LOG_LEVELS:
         raise SettingsError(f"log_level: one of {', '.join(_LOG_LEVELS)}, got "
                             f"{settings.log_level!r}")

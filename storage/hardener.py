@@ -43,7 +43,7 @@ from storage.clock import wall_clock_ms
 from storage.errors import BufferUnavailable, Fenced, PartitionLost, StorageError
 from storage.hardened_store import NOTHING_WRITTEN, Fence, HardenedPartitionWriter
 from storage.kafka.client import KafkaClient
-from storage.log_queue import Lease, LogQueue, PartitionState
+from storage.log_queue import Lease, LogQueue, PartitionState, Peek
 from storage.model import Reliability, StoredBatch, TopicPartition
 from storage.operator_requests import flush_requests, request_flush
 from storage.policy.delay import due_prefix
@@ -278,7 +278,8 @@ class Hardener:
                             await wakeup.wait()
                     continue
                 wakeup.clear()
-                if (await self._queue.in_lane([tp]))[0]:
+                peeked = await self._queue.peek(tp, decided_below)
+                if peeked.in_lane:
                     # A transaction registered here: the hardening lane has it from now on.
                     if writer is not None:
                         writer = None
@@ -286,7 +287,7 @@ class Hardener:
                         log.info("%s/%d: handed to the hardening lane", tp.topic, tp.partition)
                     await asyncio.sleep(idle_s)
                     continue
-                wait_s = await self._until_due(tp, decided_below, idle_s)
+                wait_s = self._until_due(tp, peeked, decided_below, idle_s)
                 if wait_s > 0:
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(min(wait_s, idle_s)):
@@ -338,11 +339,12 @@ class Hardener:
             return now
         return self._delay.decision(tp.topic, now).due_before(now)
 
-    async def _until_due(self, tp: TopicPartition, decided_below: int, idle_s: float) -> float:
+    def _until_due(self, tp: TopicPartition, peeked: Peek, decided_below: int,
+                   idle_s: float) -> float:
         """Seconds until the partition's oldest undecided batch is due (0: now; inf: the
         log queue is empty). Batches held until delivered are looked at again every
         `idle_s` (deliveries through other Kiln processes are not announced here)."""
-        oldest, undecided = await self._queue.peek(tp, decided_below)
+        oldest, undecided = peeked.oldest, peeked.undecided
         if oldest is None:
             self._idle_empty.add(tp)
             return float("inf")

@@ -32,6 +32,7 @@ from storage.acks import SettledWaiters
 from storage.catalog import Catalog
 from storage.clock import wall_clock_ms
 from storage.errors import BufferUnavailable, Fenced, PartitionLost, StorageError
+from storage.faults import crash_point
 from storage.hardened_store import NOTHING_WRITTEN, Fence
 from storage.hardener import (
     DurableSubscriptions,
@@ -314,7 +315,7 @@ class HardeningLane:
         due_in_s = float("inf")
         due_before = now if decided < self._flush_goal.get(tp, 0) \
             else self._delay.decision(tp.topic, now).due_before(now)
-        _, undecided = await self._queue.peek(tp, decided)
+        undecided = (await self._queue.peek(tp, decided)).undecided
         if undecided is not None:
             due_in_s = max(0.0, (undecided.append_time_ms - due_before) / 1000)
         if undecided is not None and (due_in_s == 0 or self._shed(undecided)):
@@ -364,6 +365,7 @@ class HardeningLane:
                 written_bytes=result.bytes, delivered_records=part.delivered_records,
                 expired_records=part.expired_records + part.aborted_records
                 + part.control_records)
+            crash_point("lane.finishing")
             self._waiters.settled(tp, held.incarnation, part.decided_below)
             progressed = progressed or part.decided_below > held.decided_below
             held.decided_below = max(held.decided_below, part.decided_below)

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from storage.errors import HardenedStoreRejected, HardenedStoreUnavailable
+from storage.faults import crash_point
 from storage.hardened_batches import SEQUENCE_MODULUS, HardenedBatch, iter_hardened_batches
 from storage.hardened_store import (
     Fence,
@@ -143,9 +144,12 @@ class LaneWriter:
         except KafkaError as exc:
             raise HardenedStoreRejected(exc.error_code,
                                         f"hardening lane: stored batch: {exc.message}") from exc
+        crash_point("lane.before_end_txn")
         await self._client.end_txn(self.transactional_id, self._producer_id, self._epoch,
                                    commit=True)
+        crash_point("lane.committed")
         await committed()
+        crash_point("lane.settled")
         await asyncio.gather(*(self._committed_at(tp, progress.kafka_end)
                                for tp, progress in zip(work, sent, strict=True)
                                if progress.records))

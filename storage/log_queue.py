@@ -526,6 +526,15 @@ class PartitionState:
 
 
 @dataclass(frozen=True, slots=True)
+class Peek:
+    """What a hardener looks at before each pass."""
+
+    oldest: StoredBatch | None  # the partition's oldest batch
+    undecided: StoredBatch | None  # the first batch at or after the offset asked about
+    in_lane: bool  # the hardening lane has the partition (a transaction registered there)
+
+
+@dataclass(frozen=True, slots=True)
 class AbortedTransaction:
     """A transaction aborted in a partition, as a read_committed fetch lists it."""
 
@@ -682,23 +691,25 @@ class LogQueue:
                          [_stored_batch(entry_id, _field_map(fields))
                           for entry_id, fields in entries])
 
-    async def peek(self, tp: TopicPartition, from_offset: int
-                   ) -> tuple[StoredBatch | None, StoredBatch | None]:
-        """The oldest batch of the partition, and the first batch holding `from_offset` or
-        after it; None where there is none. One round trip."""
+    async def peek(self, tp: TopicPartition, from_offset: int) -> Peek:
+        """The oldest batch of the partition, the first batch holding `from_offset` or after
+        it, and whether the hardening lane has the partition. One round trip."""
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
                 stream = partition_key(tp, "log")
                 pipe.xrange(stream, "-", "+", count=1)
                 pipe_script(pipe, self._read_range.sha, [stream], "-", 1, 1, from_offset)
-                oldest, (_, after) = await pipe.execute()
+                pipe.hget(partition_key(tp, "meta"), "lane")
+                oldest, (_, after), lane = await pipe.execute()
         except NoScriptError:
-            return await self.peek_oldest(tp), next(iter(
-                (await self.read(tp, 1, 1, from_offset=from_offset)).batches), None)
+            return Peek(await self.peek_oldest(tp), next(iter(
+                (await self.read(tp, 1, 1, from_offset=from_offset)).batches), None),
+                (await self.in_lane([tp]))[0])
         except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
-        return (_stored_batch(*oldest[0]) if oldest else None,
-                _stored_batch(after[0][0], _field_map(after[0][1])) if after else None)
+        return Peek(_stored_batch(*oldest[0]) if oldest else None,
+                    _stored_batch(after[0][0], _field_map(after[0][1])) if after else None,
+                    bool(lane))
 
     async def peek_oldest(self, tp: TopicPartition) -> StoredBatch | None:
         try:

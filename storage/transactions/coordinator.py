@@ -30,6 +30,7 @@ from typing import Protocol
 
 from storage.clock import wall_clock_ms
 from storage.errors import StorageError
+from storage.faults import crash_point
 from storage.groups.locks import KeyedLocks
 from storage.groups.model import CommittedOffset
 from storage.log_queue import transaction_key
@@ -289,6 +290,7 @@ class TransactionCoordinator:
             except TxnConflict:
                 return Step(ErrorCode.NOT_COORDINATOR, None)
             target = step.state or stored.state
+            crash_point("txn.saved")
             try:
                 if step.complete and step.state is not None:
                     # EndTxn's own decision, or InitProducerId fencing an open transaction.
@@ -330,6 +332,7 @@ class TransactionCoordinator:
         firsts = await self._mark([TopicPartition(topic, partition)
                                    for topic, partition in sorted(decided.partitions)],
                                   decided, commit, marker, now)
+        crash_point("txn.marked")
         holding = [tp for tp, written in firsts.items() if written.first_offset >= 0]
         if commit and holding:
             await self._lane.committed(
@@ -345,6 +348,7 @@ class TransactionCoordinator:
                 # the state is still Prepare*), never lead it.
                 await self._offsets_listener.committed(
                     group_id, {tp: c.offset for tp, c in committed.items()}, by_member=True)
+        crash_point("txn.before_complete")
         try:
             await self._store.save(machine.completed(decided, now=self._clock_ms()),
                                    revision, None)

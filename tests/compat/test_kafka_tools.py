@@ -562,24 +562,6 @@ def test_producer_perf_test_completes_and_every_record_lands(
     assert end_offsets(module_kiln.bootstrap, unique_topic, 1) == [2000]
 
 
-# --- what Kiln does not serve yet -----------------------------------------------------------
-
-
-def test_a_transactional_producer_times_out_finding_a_transaction_coordinator(
-        module_kiln: RunningKiln, unique_topic: str) -> None:
-    # When kafka-producer-perf-test runs transactionally (with transactions off, Kiln
-    # answers FindCoordinator for them with COORDINATOR_NOT_AVAILABLE, which the Java
-    # producer retries until max.block.ms: 60 s by default, 3 s here)
-    run = run_tool(PRODUCER_PERF, "--bootstrap-server", module_kiln.bootstrap,
-                   "--topic", unique_topic, "--num-records", "10", "--record-size", "10",
-                   "--throughput", "-1", "--transactional-id", f"tx-{unique_topic}",
-                   "--command-property", "max.block.ms=3000", timeout_s=30)
-    # Then it fails at initTransactions, before sending anything
-    assert run.returncode == 1, run
-    assert "InitTransactions timed out - did not complete coordinator discovery" in run.output
-    assert kiln_partition_count(module_kiln.bootstrap, unique_topic) is None
-
-
 # --- kafka-get-offsets -------------------------------------------------------------------------
 
 

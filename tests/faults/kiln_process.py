@@ -64,14 +64,16 @@ class KilnProcess:
             return None
         return self._proc.pid
 
-    def start(self, timeout_s: float = 20) -> None:
+    def start(self, timeout_s: float = 20, *, crash_at: str = "") -> None:
+        """With `crash_at`, the process ends itself at that crash point (storage/faults.py)."""
         assert self.pid is None, "already running"
         if self._log is None:
             self._log = self.log_path.open("ab")
         self._log.flush()
         self._log_start = self.log_path.stat().st_size
+        env = {**self._env, "KILN_CRASH_AT": crash_at} if crash_at else self._env
         self._proc = subprocess.Popen(self._command, stdin=subprocess.DEVNULL, stdout=self._log,
-                                      stderr=subprocess.STDOUT, env=self._env,
+                                      stderr=subprocess.STDOUT, env=env,
                                       start_new_session=True)
         self.starts += 1
         deadline = time.monotonic() + timeout_s
@@ -81,6 +83,14 @@ class KilnProcess:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"kiln did not answer on {self.bootstrap}:\n{self.log_tail()}")
             time.sleep(0.05)
+
+    def exit_code(self, timeout_s: float) -> int | None:
+        """The process's exit code once it ended by itself, None if it still runs."""
+        assert self._proc is not None
+        try:
+            return self._proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
 
     def pause(self) -> None:
         """SIGSTOP: the process hangs (a GC pause, a stalled VM) and holds its sockets."""

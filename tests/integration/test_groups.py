@@ -147,9 +147,37 @@ def stable_single_member_group(client: RawClient, group: str) -> tuple[str, int]
 # ---------------------------------------------------------------------------------------
 
 
+@pytest.fixture
+def kiln_without_transactions(redis_url: str, kafka_bootstrap: str) -> Iterator[RunningKiln]:
+    with fresh_kiln(redis_url, kafka_bootstrap, transactions_enabled=False,
+                    **GROUP_SETTINGS) as running:
+        yield running
+
+
 @pytest.mark.parametrize("version", range(5))
-def test_find_coordinator_names_kiln_for_groups_and_nobody_for_transactions(
+def test_find_coordinator_names_kiln_for_groups_and_transactions(
         kiln: RunningKiln, version: int) -> None:
+    with RawClient(kiln.bootstrap) as client:
+        group = client.request(FindCoordinatorRequest[version](
+            key="g", key_type=0, coordinator_keys=["g", "h"]), version, FindCoordinatorResponse)
+        txn = client.request(FindCoordinatorRequest[version](
+            key="tx", key_type=1, coordinator_keys=["tx"]), version, FindCoordinatorResponse)
+
+    kiln_address = ("127.0.0.1", kiln.app.port)
+    if version >= 4:
+        assert [(c.key, c.error_code, c.node_id, (c.host, c.port))
+                for c in group.coordinators + txn.coordinators] == [
+            ("g", 0, 0, kiln_address), ("h", 0, 0, kiln_address), ("tx", 0, 0, kiln_address)]
+    else:
+        for answer in (group, txn):
+            assert (answer.error_code, answer.node_id, (answer.host, answer.port)) == (
+                0, 0, kiln_address)
+
+
+@pytest.mark.parametrize("version", range(5))
+def test_find_coordinator_names_nobody_for_transactions_when_they_are_off(
+        kiln_without_transactions: RunningKiln, version: int) -> None:
+    kiln = kiln_without_transactions
     with RawClient(kiln.bootstrap) as client:
         group = client.request(FindCoordinatorRequest[version](
             key="g", key_type=0, coordinator_keys=["g", "h"]), version, FindCoordinatorResponse)

@@ -9,8 +9,6 @@ import pytest
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
     ApiVersionsResponse,
-    FindCoordinatorRequest,
-    FindCoordinatorResponse,
     MetadataRequest,
     MetadataResponse,
 )
@@ -189,17 +187,3 @@ def test_sequence_gap_and_stale_epoch_are_refused(kiln: RunningKiln, redis_url: 
     assert partition_next_offset(redis_url, unique_topic) == 1
 
 
-@pytest.mark.parametrize("version", [1, 4])
-def test_find_coordinator_says_no_transaction_coordinator_is_available(
-        kiln: RunningKiln, version: int) -> None:
-    # Kiln coordinates groups itself (tests/integration/test_groups.py), never transactions.
-    client = RawClient(kiln.bootstrap)
-    fields = {"coordinator_keys": ["txn-a"]} if version >= 4 else {"key": "txn-a"}
-
-    answer = client.request(FindCoordinatorRequest[version](key_type=1, **fields), version,
-                            FindCoordinatorResponse)
-    client.close()
-
-    codes = ([c.error_code for c in answer.coordinators] if version >= 4
-             else [answer.error_code])
-    assert codes == [ErrorCode.COORDINATOR_NOT_AVAILABLE]
