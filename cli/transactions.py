@@ -1,6 +1,7 @@
 """`kiln transactions`: the transactional ids of the deployment, as their coordinators keep
 them in Redis (storage/transactions): each id's producer, epoch and state, how long its
-transaction has been open, its timeout and participants, and the node that coordinates it."""
+transaction has been open, its timeout and participants, and the node that coordinates it;
+and the hardening lane that hardens their partitions (storage/lane.py)."""
 
 from __future__ import annotations
 
@@ -12,19 +13,22 @@ from typing import Any
 import click
 
 from cli import output
-from cli.admin import settings_from
+from cli.admin import connect, settings_from
 from cli.settings import Settings
 from cli.subscriptions import store_options
 from storage import redis_pool
 from storage.clock import wall_clock_ms
 from storage.errors import StorageError
+from storage.lane_store import LANE, LaneStore
 from storage.leadership import place, transaction_placement_key
+from storage.model import TopicPartition
 from storage.nodes import read_nodes
 from storage.transactions.state import TxnState, TxnStatus, fence
 from storage.transactions.store import TxnConflict, TxnStore
 
 _COLUMNS = ("transactional_id", "producer_id", "epoch", "state", "open_s", "timeout_ms",
             "partitions", "groups", "coordinator")
+_LANE_COLUMNS = ("lane", "node", "partitions", "awaiting", "assured_awaiting", "lagging")
 _OPEN = frozenset({TxnStatus.ONGOING, TxnStatus.PREPARE_COMMIT, TxnStatus.PREPARE_ABORT})
 
 
@@ -79,6 +83,34 @@ def abort(transactional_id: str, timeout_s: float, as_json: bool, config_file: P
     settings = settings_from(config_file, redis_url=redis_url)
     rows = _run(_abort(settings, transactional_id, timeout_s))
     output.emit(rows, _COLUMNS, as_json=as_json)
+
+
+@transactions.command("lane")
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+@store_options
+def lane(as_json: bool, config_file: Path | None, redis_url: str | None) -> None:
+    """The hardening lane, which hardens every partition a transaction registered in: the
+    node running it, how many partitions it hardens, the committed transactions it has not
+    decided yet (awaiting; assured_awaiting: those whose producers' commits wait for it) and
+    how many partitions hold them (lagging)."""
+    settings = settings_from(config_file, redis_url=redis_url)
+    output.emit(_run(_lane_rows(settings)), _LANE_COLUMNS, as_json=as_json)
+
+
+async def _lane_rows(settings: Settings) -> list[dict[str, Any]]:
+    async with connect(settings) as stores:
+        topics = await stores.topics.all()
+        tps = [TopicPartition(name, p) for name, config in sorted(topics.items())
+               for p in range(config.partitions)]
+        in_lane = await stores.queue.in_lane(tps)
+        committed = await stores.queue.committed_transactions(tps)
+        view = await LaneStore(stores.queue.redis).view()
+        registered = await read_nodes(stores.queue.redis)
+    node = next((n.node_id for n in registered if n.incarnation == view.holder_incarnation),
+                None)
+    return [{"lane": LANE, "node": node, "partitions": sum(in_lane),
+             "awaiting": view.awaiting, "assured_awaiting": view.assured_awaiting,
+             "lagging": sum(1 for txns in committed if txns)}]
 
 
 async def _abort(settings: Settings, transactional_id: str, timeout_s: float

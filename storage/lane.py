@@ -42,7 +42,7 @@ from storage.hardener import (
     subscribed,
 )
 from storage.kafka.client import KafkaClient
-from storage.lane_store import LANE, LaneStore
+from storage.lane_store import LANE, LaneStore, lane_owner
 from storage.lane_writer import LaneWriter
 from storage.log_queue import CommittedTransaction, Lease, LogQueue, PartitionState
 from storage.model import StoredBatch, TopicPartition
@@ -110,7 +110,7 @@ class HardeningLane:
         self._live_owners = live_owners
         self._writer = LaneWriter(client, settings.lane,
                                   max_batch_bytes=settings.max_batch_bytes)
-        self._owner = f"{settings.owner}/lane"
+        self._owner = lane_owner(settings.owner)
         self._leading = False
         self._partitions: list[TopicPartition] = []
         self._held: dict[TopicPartition, _Held] = {}
@@ -128,7 +128,7 @@ class HardeningLane:
     def _live(self) -> list[str]:
         """Lease holders known alive: every live node's hardeners and lane."""
         owners = list(self._live_owners())
-        return owners + [f"{owner}/lane" for owner in owners]
+        return owners + [lane_owner(owner) for owner in owners]
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="kiln-harden-lane")

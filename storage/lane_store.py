@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 
 from storage.errors import BufferUnavailable
 from storage.log_queue import LEASE_LUA, RELEASE_LUA, Lease
@@ -28,6 +29,26 @@ from storage.model import TopicPartition
 from storage.redis_pool import REDIS_FAILURES, RedisClient
 
 LANE = "default"
+_OWNER_SUFFIX = "/lane"
+
+
+def lane_owner(incarnation: str) -> str:
+    """Who holds the lane's lease, and its partitions' leases, for a node incarnation."""
+    return incarnation + _OWNER_SUFFIX
+
+
+@dataclass(frozen=True, slots=True)
+class LaneView:
+    """The lane as Redis holds it at one moment, for operators."""
+
+    holder: str | None  # who holds the lease; None when nobody does
+    awaiting: int  # committed transactions listed and not decided yet
+    assured_awaiting: int  # of those, the assured ones: their producers' commits wait
+
+    @property
+    def holder_incarnation(self) -> str | None:
+        """The node incarnation (storage/nodes.py) that runs the lane."""
+        return None if self.holder is None else self.holder.removesuffix(_OWNER_SUFFIX)
 
 
 def lane_key(kind: str, lane: str = LANE) -> str:
@@ -72,6 +93,23 @@ class LaneStore:
         return {(k.decode() if isinstance(k, bytes) else str(k)):
                 [TopicPartition(str(t), int(p)) for t, p in json.loads(v)["partitions"]]
                 for k, v in raw.items()}
+
+    async def view(self) -> LaneView:
+        """Read only, one round trip."""
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.get(self._key("lease"))
+                pipe.hgetall(self._key("committed"))
+                pipe.hkeys(self._key("settled"))
+                holder, committed, settled = await pipe.execute()
+        except REDIS_FAILURES as exc:
+            raise BufferUnavailable(str(exc)) from exc
+        decided = set(settled)
+        awaiting = [value for key, value in committed.items() if key not in decided]
+        return LaneView(
+            holder=holder.decode() if isinstance(holder, bytes) else holder,
+            awaiting=len(awaiting),
+            assured_awaiting=sum(1 for value in awaiting if _assured(value)))
 
     async def awaits_hardening(self, key: str) -> bool:
         """Whether committed transaction `key` is assured and the lane has not decided it
@@ -119,3 +157,11 @@ class LaneStore:
         except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
 
+
+def _assured(value: bytes | str) -> bool:
+    # An entry that does not decode still awaits the lane (as not assured): operators look
+    # with this, it must not fail on what it came to find.
+    try:
+        return bool(json.loads(value)["assured"])
+    except (ValueError, TypeError, KeyError):
+        return False
