@@ -273,8 +273,12 @@ class HardeningLane:
         for tp, state in states.items():
             if state.incarnation != self._held[tp].incarnation:
                 raise PartitionLost(f"{tp.topic}/{tp.partition}: started again since taken")
-        committed = dict(zip(tps, await self._queue.committed_transactions(tps), strict=True))
+        # Participants first: the coordinator lists a committed transaction in its partitions
+        # before it names them here, so a transaction named here and listed in none of its
+        # partitions read after is one an earlier pass decided (plan_lane forgets it), not
+        # one whose partitions were read just before it was listed.
         participants = await self._store.participants()
+        committed = dict(zip(tps, await self._queue.committed_transactions(tps), strict=True))
         for tp, txns in committed.items():
             for txn in txns:
                 if txn.assured:  # its producer's commit waits: harden it now

@@ -160,8 +160,10 @@ def fresh_kiln_process(redis_url: str, kafka_bootstrap: str, log_path: Path,
         process.stop()
 
 
-def kiln_cli(redis_url: str, *args: str, timeout_s: float = 60) -> None:
-    """Run `kiln ARGS --redis-url REDIS_URL`; AssertionError with its output if it fails."""
+def kiln_cli(redis_url: str, *args: str, timeout_s: float = 60) -> str:
+    """Run `kiln ARGS --redis-url REDIS_URL`; its output, AssertionError with it if it
+    fails."""
     done = subprocess.run([kiln_executable(), *args, "--redis-url", redis_url],
                           timeout=timeout_s, capture_output=True, text=True, check=False)
     assert done.returncode == 0, f"kiln {' '.join(args)}: {done.stdout}{done.stderr}"
+    return done.stdout

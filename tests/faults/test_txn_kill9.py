@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from tests.faults.kiln_process import KilnProcess, fresh_kiln_process, kiln_cli
@@ -32,7 +33,7 @@ def test_kill9_during_transactions_leaves_each_whole_or_absent(
         rng: random.Random) -> None:
     # A short delay: the lane hardens transactions while Kiln is killed.
     with fresh_kiln_process(redis_url, kafka_bootstrap, tmp_path / "kiln.log", 300) as kiln:
-        loop = run(kiln, unique_topic, rng)
+        loop = run(kiln, unique_topic, rng, redis_url)
         # Then a read_committed reader of Kiln finds each transaction whole or not at all
         check(read_committed(kiln.bootstrap, unique_topic), loop)
         # ... and once everything is hardened, so does one of Kafka itself
@@ -40,7 +41,7 @@ def test_kill9_during_transactions_leaves_each_whole_or_absent(
         check(read_committed(kafka_bootstrap, unique_topic), loop)
 
 
-def run(kiln: KilnProcess, topic: str, rng: random.Random) -> TransactionLoop:
+def run(kiln: KilnProcess, topic: str, rng: random.Random, redis_url: str) -> TransactionLoop:
     kiln.start()
     admin = AdminClient({"bootstrap.servers": kiln.bootstrap})
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
@@ -61,7 +62,9 @@ def run(kiln: KilnProcess, topic: str, rng: random.Random) -> TransactionLoop:
         deadline = time.monotonic() + 60
         while len(loop.committed) < before + 5 and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert len(loop.committed) >= before + 5, f"no progress: {loop.errors[-5:]}"
+        assert len(loop.committed) >= before + 5, (
+            f"no progress: {loop.errors[-5:]}\n{stuck_state(redis_url, topic)}\n"
+            f"{kiln.log_tail(3000)}")
     finally:
         loop.stop()
         print("kills:", *schedule, sep="\n  ")
@@ -70,4 +73,22 @@ def run(kiln: KilnProcess, topic: str, rng: random.Random) -> TransactionLoop:
     time.sleep(1)
     return loop
 
+
+def stuck_state(redis_url: str, topic: str) -> str:
+    """What operators would look at when transactions stop committing."""
+    views = [kiln_cli(redis_url, *args) for args in (
+        ("transactions", "list", "--json"), ("transactions", "lane", "--json"),
+        ("status", topic, "--json"))]
+    client = redis.Redis.from_url(redis_url)
+    keys = {key.decode(): client.type(key).decode()
+            for key in client.scan_iter(match=f"kiln:{{{topic}/*")}
+    dumps = []
+    for key, kind in sorted(keys.items()):
+        if kind == "zset":
+            dumps.append(f"{key} {client.zrange(key, 0, -1, withscores=True)}")
+        elif kind == "hash":
+            dumps.append(f"{key} {client.hgetall(key)}")
+    lane = {key.decode(): client.hgetall(key) for key in client.scan_iter(match="kiln:{lane:*")
+            if client.type(key) == b"hash"}
+    return "\n".join([*views, *dumps, f"lane: {lane}"])
 

@@ -5,16 +5,21 @@ lane) keep their Kiln offsets in order; wholly delivered transactions are not wr
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
+import redis
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from storage.model import TopicPartition as StorageTopicPartition
 from tests.conftest import KafkaRelay
-from tests.kiln_harness import RunningKiln, fresh_kiln
+from tests.kiln_harness import RunningKiln, eventually, fresh_kiln
 from tests.txn_readers import read_messages, read_to_end
 from wire.lineage import lineage_offset
 
@@ -259,3 +264,55 @@ def test_an_assured_commit_is_not_answered_while_kafka_is_away_and_is_once_it_is
     read = hardened(kafka_bootstrap, topic)
     assert {p: [v for _, v in records] for p, records in read.items()} == \
         {0: ["before.0", "during.0"], 1: ["before.1", "during.1"]}
+
+
+def test_a_commit_listed_while_a_pass_reads_the_partitions_is_hardened_by_the_next_pass(
+        kiln: RunningKiln, unique_topic: str, kafka_bootstrap: str, redis_url: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a lane holding a topic's partitions (a first transaction hardened)
+    topic = create_topic(kiln, unique_topic)
+    producer = transactional_producer(kiln)
+    first = transaction(producer, topic, "first", 4, commit=True)
+    # ... and a lane pass that, once it has read the partitions' lists of committed
+    # transactions, waits until another commit has been listed in them and named to the
+    # lane (the coordinator's order)
+    lane_list = redis.Redis.from_url(redis_url)
+    assert eventually(lambda: not lane_list.hlen("kiln:{lane:default}:committed"))
+    reading, listed = threading.Event(), threading.Event()
+    read_lists = kiln.app.queue.committed_transactions
+
+    async def read_then_wait(tps: list[StorageTopicPartition]) -> Any:
+        read = await read_lists(tps)
+        if not reading.is_set():
+            reading.set()
+            while not listed.is_set():
+                await asyncio.sleep(0.01)
+        return read
+
+    monkeypatch.setattr(kiln.app.queue, "committed_transactions", read_then_wait)
+    assert reading.wait(10)
+
+    # When a transaction commits then
+    outcome: list[BaseException | list[str]] = []
+    committer = threading.Thread(target=lambda: outcome.append(
+        attempt(lambda: transaction(producer, topic, "second", 4, commit=True))))
+    committer.start()
+    deadline = time.monotonic() + 20
+    while not lane_list.hlen("kiln:{lane:default}:committed") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    listed.set()
+    committer.join(60)
+
+    # Then the commit is answered, and both transactions are in Kafka whole (the pass that
+    # had read the lists before the commit did not take it for one decided earlier)
+    assert isinstance(outcome[0], list), outcome
+    read = hardened(kafka_bootstrap, topic, timeout_s=5)
+    assert {p: [v for _, v in records] for p, records in read.items()} == \
+        in_partitions(first + outcome[0])
+
+
+def attempt(action: Callable[[], list[str]]) -> BaseException | list[str]:
+    try:
+        return action()
+    except BaseException as exc:
+        return exc
