@@ -59,6 +59,8 @@ MAX_TIMESTAMP = -3
 _MAX_TIMESTAMP_VERSION = 7  # the first ListOffsets version that knows MAX_TIMESTAMP
 _TRANSACTION_COORDINATOR = 1
 _COORDINATOR_ATTEMPTS = 10
+# The Java producer's retry backoff for CONCURRENT_TRANSACTIONS on AddPartitionsToTxn.
+_CONCURRENT_BACKOFF_S = 0.02
 _COORDINATOR_BACKOFF_S = 0.1
 _COORDINATOR_MAX_BACKOFF_S = 0.5  # 10 attempts: about 4 s, a new cluster's transaction log
 _LEADER_POLL_S = 0.05
@@ -660,24 +662,33 @@ class KafkaClient:
                                     producer_epoch: int,
                                     partitions: Sequence[tuple[str, int]]) -> None:
         """Add partitions to the producer's transaction (starting it), as a transactional
-        producer does before its first write to each (transactions V1)."""
+        producer does before its first write to each (transactions V1). Asked again, as the
+        Java producer does, while the coordinator still writes the markers of the producer's
+        previous transaction (CONCURRENT_TRANSACTIONS, per partition)."""
         what = f"adding {len(partitions)} partitions to the transaction of {transactional_id!r}"
         by_topic: dict[str, list[int]] = {}
         for topic, partition in partitions:
             by_topic.setdefault(topic, []).append(partition)
-        added = await self._coordinator_request(
-            transactional_id, ApiKey.ADD_PARTITIONS_TO_TXN, AddPartitionsToTxnRequest(
-                v3_and_below_transactional_id=transactional_id,
-                v3_and_below_producer_id=producer_id,
-                v3_and_below_producer_epoch=producer_epoch,
-                v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(
-                    name=topic, partitions=numbers) for topic, numbers in by_topic.items()]),
-            what)
-        for result in added.results_by_topic_v3_and_below:
-            for answer in result.results_by_partition:
-                if answer.partition_error_code != ErrorCode.NONE:
-                    raise error_for(answer.partition_error_code,
-                                    f"{what} ({result.name}[{answer.partition_index}])")
+        request = AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=transactional_id,
+            v3_and_below_producer_id=producer_id,
+            v3_and_below_producer_epoch=producer_epoch,
+            v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(
+                name=topic, partitions=numbers) for topic, numbers in by_topic.items()])
+        for attempt in range(1, _COORDINATOR_ATTEMPTS + 1):
+            added = await self._coordinator_request(
+                transactional_id, ApiKey.ADD_PARTITIONS_TO_TXN, request, what)
+            refused = [(result.name, answer.partition_index, answer.partition_error_code)
+                       for result in added.results_by_topic_v3_and_below
+                       for answer in result.results_by_partition
+                       if answer.partition_error_code != ErrorCode.NONE]
+            if not refused:
+                return
+            topic, partition, code = next(
+                (r for r in refused if r[2] != ErrorCode.CONCURRENT_TRANSACTIONS), refused[0])
+            if code != ErrorCode.CONCURRENT_TRANSACTIONS or attempt == _COORDINATOR_ATTEMPTS:
+                raise error_for(code, f"{what} ({topic}[{partition}])")
+            await asyncio.sleep(_CONCURRENT_BACKOFF_S * attempt)
 
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, *,
                       commit: bool) -> None:

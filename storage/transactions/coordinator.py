@@ -101,9 +101,11 @@ class CoordinatorSettings:
     # transactional.id.expiration.ms cleanup, hourly).
     expiration_ms: int = machine.TRANSACTIONAL_ID_EXPIRATION_MS
     expiration_scan_interval_ms: int = 3_600_000
-    # How long EndTxn waits for an assured commit to be hardened (below the clients' 30 s
-    # request timeout), and how often it looks.
-    assured_commit_wait_ms: int = 25_000
+    # How long EndTxn waits for an assured commit to be hardened before answering
+    # CONCURRENT_TRANSACTIONS, which clients retry: below the shortest EndTxn timeout of the
+    # clients (franz-go's 10 s; 30 s for the Java client and kafkajs) and at most half the
+    # transaction's timeout (librdkafka's EndTxn timeout is transaction.timeout.ms).
+    assured_commit_wait_ms: int = 8_000
     assured_poll_ms: int = 5
 
 
@@ -220,17 +222,17 @@ class TransactionCoordinator:
     async def _hardened(self, transactional_id: str) -> ErrorCode:
         """Wait until the id's last committed transaction, if assured, is decided by the
         hardening lane."""
-        deadline = self._clock_ms() + self._settings.assured_commit_wait_ms
+        started = self._clock_ms()
         try:
             state = (await self._store.load(transactional_id)).state
             if state is None or state.status is not TxnStatus.COMPLETE_COMMIT:
                 return ErrorCode.NONE
+            wait_ms = min(self._settings.assured_commit_wait_ms, state.timeout_ms // 2)
             key = transaction_key(state.producer_id, state.number)
             while await self._lane.awaits_hardening(key):
-                if self._clock_ms() >= deadline:
+                if self._clock_ms() >= started + wait_ms:
                     log.info("transactional id %r: transaction %d not hardened within %d ms",
-                             transactional_id, state.number,
-                             self._settings.assured_commit_wait_ms)
+                             transactional_id, state.number, wait_ms)
                     return ErrorCode.CONCURRENT_TRANSACTIONS
                 await asyncio.sleep(self._settings.assured_poll_ms / 1000)
         except StorageError as exc:

@@ -78,12 +78,13 @@ def transaction(producer: Producer, topic: str, name: str, size: int, *, commit:
     return values
 
 
-def hardened(kafka_bootstrap: str, topic: str, timeout_s: float = 20
-             ) -> dict[int, list[tuple[int, str]]]:
+def hardened(kafka_bootstrap: str, topic: str, timeout_s: float = 20,
+             expected: int | None = None) -> dict[int, list[tuple[int, str]]]:
     """Per partition, (Kiln offset, value) of every record a read_committed consumer of the
-    hardened topic in Kafka reads, in Kafka order."""
+    hardened topic in Kafka reads, in Kafka order (once `expected` arrived, when given:
+    Kafka writes its markers just after it answered the lane's commit)."""
     read = read_messages(kafka_bootstrap, topic, PARTITIONS, "read_committed",
-                         timeout_s=timeout_s)
+                         expected=expected, timeout_s=timeout_s)
     return {p: [(lineage_offset(m.headers(), m.offset()), m.value().decode())
                 for m in messages] for p, messages in read.items()}
 
@@ -215,8 +216,9 @@ def test_an_assured_commit_is_answered_once_the_transaction_is_in_kafka(
     # When it commits a transaction
     values = transaction(producer, topic, "assured", 6, commit=True)
 
-    # Then the commit was answered only once Kafka's read_committed readers see it whole
-    read = hardened(kafka_bootstrap, topic, timeout_s=5)
+    # Then the commit was answered only once Kafka had it: its read_committed readers see it
+    # whole without a flush
+    read = hardened(kafka_bootstrap, topic, timeout_s=5, expected=len(values))
     assert {p: [v for _, v in records] for p, records in read.items()} == \
         in_partitions(values)
 
@@ -306,7 +308,7 @@ def test_a_commit_listed_while_a_pass_reads_the_partitions_is_hardened_by_the_ne
     # Then the commit is answered, and both transactions are in Kafka whole (the pass that
     # had read the lists before the commit did not take it for one decided earlier)
     assert isinstance(outcome[0], list), outcome
-    read = hardened(kafka_bootstrap, topic, timeout_s=5)
+    read = hardened(kafka_bootstrap, topic, timeout_s=5, expected=len(first + outcome[0]))
     assert {p: [v for _, v in records] for p, records in read.items()} == \
         in_partitions(first + outcome[0])
 
