@@ -6,6 +6,7 @@
 //	franz-go consume --brokers B --topic T --partitions 0,1 --from OFFSET --records N
 //	franz-go group   --brokers B --topics T --group G [--protocol classic|consumer] --records N
 //	franz-go admin OP --brokers B [flags of OP]
+//	franz-go txn-produce|txn-consume|txn-etl|txn-fence ... (txn.go)
 //
 // Every run ends with a "requests" event: the requests franz-go wrote, by API key, and
 // those whose answer never came because the connection failed before franz-go itself
@@ -46,6 +47,14 @@ func main() {
 		err = group(args)
 	case "admin":
 		err = admin(args)
+	case "txn-produce":
+		err = txnProduce(args)
+	case "txn-consume":
+		err = txnConsume(args)
+	case "txn-etl":
+		err = txnETL(args)
+	case "txn-fence":
+		err = txnFence(args)
 	default:
 		err = fmt.Errorf("unknown command %q", command)
 	}
