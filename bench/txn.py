@@ -4,10 +4,11 @@ One broker per run (`--broker`, Apache Kafka by default: tansu's transactions ar
 usable, shared/notes/hardening.md); for every measurement a fresh topic (`--partitions`) and,
 for Kiln, a fresh Redis and a `python -m cli serve` process with `transactions_enabled`. The
 producer is confluent-kafka's transactional producer (librdkafka), with identical settings
-for Kiln and for the broker: `--transactions` transactions of `--per-transaction` records of
-`--size` bytes spread over the partitions, each begun, produced, flushed and committed in
-turn. Kiln and direct runs alternate, `--repeats` each; medians (and min..max) of records/s
-and of commit latency (commit_transaction() call to return), Kiln/direct.
+for Kiln and for the broker: `--producers` producers (1 by default), each committing
+`--transactions` transactions of `--per-transaction` records of `--size` bytes spread over
+the partitions, each begun, produced, flushed and committed in turn. Kiln and direct runs
+alternate, `--repeats` each; medians (and min..max) of records/s and of commit latency
+(commit_transaction() call to return), Kiln/direct.
 
 What Kiln does with the records depends on `--level`, the level the transactions get
 (docs/reliability.md, transactions): `assured_persistent` (what acks=all asks for, the
@@ -21,6 +22,7 @@ against Kafka's log plus its coordinator.
     python -m bench.txn                          # about 1-2 minutes
     python -m bench.txn --level reliable_persistent
     python -m bench.txn --per-transaction 1000   # larger transactions
+    python -m bench.txn --producers 4            # several producers share the lane's passes
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -61,12 +64,41 @@ PRODUCER = {"linger.ms": 5, "batch.size": 1_000_000, "compression.type": "none",
 
 
 def run_transactions(bootstrap: str, topic: str, args: argparse.Namespace) -> dict[str, Any]:
+    """`--producers` producers at once, each with a transactional id of its own."""
+    commits: list[float] = []
+    errors: list[BaseException] = []
+
+    def one_producer() -> None:
+        try:
+            commits.extend(produce_transactions(bootstrap, topic, args))
+        except BaseException as exc:  # reported by the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one_producer) for _ in range(args.producers)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    seconds = time.perf_counter() - started
+    if errors:
+        raise errors[0]
+    transactions = args.transactions * args.producers
+    records = transactions * args.per_transaction
+    commits.sort()
+    return {"seconds": round(seconds, 3), "records_per_s": round(records / seconds),
+            "transactions_per_s": round(transactions / seconds, 1),
+            "commit_ms_p50": round(percentile(commits, 0.5), 2),
+            "commit_ms_p99": round(percentile(commits, 0.99), 2)}
+
+
+def produce_transactions(bootstrap: str, topic: str, args: argparse.Namespace) -> list[float]:
+    """One producer's transactions, in turn; their commit latencies (ms)."""
     producer = Producer({"bootstrap.servers": bootstrap,
                          "transactional.id": f"bench-{uuid.uuid4().hex[:8]}", **PRODUCER})
     producer.init_transactions(30)
     value = bytes(args.size)
     commits: list[float] = []
-    started = time.perf_counter()
     for _ in range(args.transactions):
         producer.begin_transaction()
         for i in range(args.per_transaction):
@@ -79,13 +111,7 @@ def run_transactions(bootstrap: str, topic: str, args: argparse.Namespace) -> di
         committing = time.perf_counter()
         producer.commit_transaction(30)  # flushes, then EndTxn
         commits.append((time.perf_counter() - committing) * 1000)
-    seconds = time.perf_counter() - started
-    records = args.transactions * args.per_transaction
-    commits.sort()
-    return {"seconds": round(seconds, 3), "records_per_s": round(records / seconds),
-            "transactions_per_s": round(args.transactions / seconds, 1),
-            "commit_ms_p50": round(percentile(commits, 0.5), 2),
-            "commit_ms_p99": round(percentile(commits, 0.99), 2)}
+    return commits
 
 
 def measure(target: str, args: argparse.Namespace, workdir: Path, broker: Broker
@@ -136,7 +162,8 @@ def bench(args: argparse.Namespace, workdir: Path, broker: Broker,
 def table(doc: dict[str, Any]) -> str:
     result = doc["result"]
     settings = doc["settings"]
-    lines = [f"{settings['transactions']} transactions x {settings['per_transaction']} records "
+    lines = [f"{settings.get('producers', 1)} x {settings['transactions']} transactions x "
+             f"{settings['per_transaction']} records "
              f"of {settings['size']} B over {settings['partitions']} partitions "
              f"({doc['broker']['kind']}; Kiln at {settings['level']})",
              f"{'':8} {'rec/s':>10} {'min..max':>21} {'commit p50 ms':>14} "
@@ -155,7 +182,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.txn", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_broker_option(parser)
-    parser.add_argument("--transactions", type=int, default=300)
+    parser.add_argument("--transactions", type=int, default=300, help="per producer")
+    parser.add_argument("--producers", type=int, default=1,
+                        help="transactional producers at once (threads)")
     parser.add_argument("--per-transaction", type=int, default=100)
     parser.add_argument("--size", type=int, default=100, help="bytes per record value")
     parser.add_argument("--partitions", type=int, default=3)
@@ -184,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                 "command": " ".join(["python -m bench.txn", *args.argv]),
                 "kiln_source": kiln_source(), "broker": broker.describe(),
                 "versions": tool_versions(),
-                "settings": {"transactions": args.transactions,
+                "settings": {"producers": args.producers, "transactions": args.transactions,
                              "per_transaction": args.per_transaction, "size": args.size,
                              "partitions": args.partitions, "repeats": args.repeats,
                              "level": args.level,
