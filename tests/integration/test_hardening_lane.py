@@ -13,13 +13,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import redis
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from storage.model import TopicPartition as StorageTopicPartition
 from tests.conftest import KafkaRelay
-from tests.kiln_harness import RunningKiln, eventually, fresh_kiln
+from tests.kiln_harness import RunningKiln, eventually, fresh_kiln, sync_redis
 from tests.txn_readers import read_messages, read_to_end
 from wire.lineage import lineage_offset
 
@@ -278,7 +277,7 @@ def test_a_commit_listed_while_a_pass_reads_the_partitions_is_hardened_by_the_ne
     # ... and a lane pass that, once it has read the partitions' lists of committed
     # transactions, waits until another commit has been listed in them and named to the
     # lane (the coordinator's order)
-    lane_list = redis.Redis.from_url(redis_url)
+    lane_list = sync_redis(redis_url)
     assert eventually(lambda: not lane_list.hlen("kiln:{lane:default}:committed"))
     reading, listed = threading.Event(), threading.Event()
     read_lists = kiln.app.queue.committed_transactions
