@@ -121,9 +121,12 @@ class KilnApp:
         ), offsets_listener=self.delivery, coordinates=self.leadership.coordinates)
         forget_topic_state(self.catalog, subscriptions, group_store)
         self.metrics = KilnMetrics()
-        # Partitions that carry transactions are hardened together, by one node.
+        # Partitions that carry transactions are hardened together, by one node. One store
+        # for the lane and the coordinator: an assured commit waits for the lane's settle,
+        # told at once when the lane runs in this process.
+        lane_store = LaneStore(self.queue.redis, on_committed=self._lane_woken)
         self.lane = (HardeningLane(
-            self.queue, LaneStore(self.queue.redis), self.catalog, self.kafka, self.delay,
+            self.queue, lane_store, self.catalog, self.kafka, self.delay,
             self.waiters, LaneSettings(owner=owner), subscriptions, self.hardener.counters,
             runs_here=lambda: self.leadership.runs_lane(LANE),
             buffer_fill=lambda: self.budget.fill,
@@ -133,7 +136,7 @@ class KilnApp:
             TxnStore(self.queue.redis), TransactionParticipants(self.queue.redis),
             self.catalog.starts, self.catalog, ProducerIds(self.queue.redis),
             coordinates=self.leadership.coordinates_transactions,
-            lane=LaneStore(self.queue.redis, on_committed=self._lane_woken),
+            lane=lane_store,
             offsets_listener=self.delivery, ended=self.metrics)
             if settings.transactions_enabled else None)
         appends = AppendSignals()

@@ -19,6 +19,8 @@ set when a transaction first registers there: storage/log_queue.py).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -67,6 +69,8 @@ class LaneStore:
         self._on_committed = on_committed
         self._lease = redis.register_script(LEASE_LUA)
         self._release = redis.register_script(RELEASE_LUA)
+        # Set (and replaced) each time a lane sharing this store settles transactions.
+        self._settled_here = asyncio.Event()
 
     def _key(self, kind: str) -> str:
         return lane_key(kind, self._lane)
@@ -131,6 +135,16 @@ class LaneStore:
             await self._redis.hset(self._key("settled"), mapping=dict.fromkeys(keys, 1))
         except REDIS_FAILURES as exc:
             raise BufferUnavailable(str(exc)) from exc
+        settled, self._settled_here = self._settled_here, asyncio.Event()
+        settled.set()
+
+    async def settled_or_after(self, timeout_s: float) -> None:
+        """Return when a lane sharing this store (the one running in this process) settles
+        transactions, or after `timeout_s`: a lane on another node is only seen by asking
+        Redis again."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._settled_here.wait()
 
     async def forget(self, keys: Collection[str]) -> None:
         if not keys:

@@ -84,6 +84,9 @@ class HardeningLane(Protocol):
 
     async def awaits_hardening(self, key: str) -> bool: ...
 
+    async def settled_or_after(self, timeout_s: float) -> None:
+        """Wait until the lane may have settled something, at most `timeout_s`."""
+
 
 class OffsetsListener(Protocol):
     """Told of offsets a group committed (storage.delivery.Delivery)."""
@@ -106,6 +109,7 @@ class CoordinatorSettings:
     # clients (franz-go's 10 s; 30 s for the Java client and kafkajs) and at most half the
     # transaction's timeout (librdkafka's EndTxn timeout is transaction.timeout.ms).
     assured_commit_wait_ms: int = 8_000
+    # How often it asks Redis meanwhile (a lane in this process tells it at once).
     assured_poll_ms: int = 5
 
 
@@ -234,7 +238,7 @@ class TransactionCoordinator:
                     log.info("transactional id %r: transaction %d not hardened within %d ms",
                              transactional_id, state.number, wait_ms)
                     return ErrorCode.CONCURRENT_TRANSACTIONS
-                await asyncio.sleep(self._settings.assured_poll_ms / 1000)
+                await self._lane.settled_or_after(self._settings.assured_poll_ms / 1000)
         except StorageError as exc:
             log.warning("transactional id %r: %s", transactional_id, exc)
             return ErrorCode.CONCURRENT_TRANSACTIONS

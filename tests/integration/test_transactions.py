@@ -5,6 +5,7 @@ refuses."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Iterator
@@ -500,6 +501,28 @@ def test_an_idle_transactional_id_expires_and_its_next_producer_gets_a_new_id(
     assert again_idle[0] == ErrorCode.NONE and again_idle[1] != idle_pid
     assert again_idle[2] == 0
     assert {s.transactional_id for s in listed} == {"idle", "busy"}
+
+
+def test_a_lane_settling_in_the_process_wakes_a_waiting_assured_commit_at_once(
+        kiln: RunningKiln) -> None:
+    # Given the lane's store as a node's coordinator and lane share it, and a commit waiting
+    # on it far longer than the test runs
+    store = LaneStore(kiln.app.queue.redis)
+
+    async def settle_while_waiting() -> tuple[bool, bool]:
+        waiting = asyncio.create_task(store.settled_or_after(600))
+        await asyncio.sleep(0)
+        before = waiting.done()
+        # When the lane settles a transaction
+        await store.settle({"7.1"})
+        await asyncio.sleep(0)
+        after = waiting.done()
+        waiting.cancel()
+        await store.forget({"7.1"})
+        return before, after
+
+    # Then the waiter returns then, not when its wait runs out
+    assert kiln.call(settle_while_waiting()) == (False, True)
 
 
 def test_a_transaction_over_many_partitions_commits(kiln: RunningKiln, unique_topic: str
