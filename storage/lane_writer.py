@@ -21,6 +21,7 @@ own between passes, so Kafka offsets never name Kiln offsets in a lane partition
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -140,7 +141,7 @@ class LaneWriter:
             self.transactional_id, self._producer_id, self._epoch,
             [(tp.topic, tp.partition) for tp in work])
         try:
-            sent = await asyncio.gather(*(self._send(tp, runs) for tp, runs in work.items()))
+            sent = await self._send_all(work)
         except KafkaError as exc:
             raise HardenedStoreRejected(exc.error_code,
                                         f"hardening lane: stored batch: {exc.message}") from exc
@@ -196,10 +197,31 @@ class LaneWriter:
                 runs.append((max(done, w.write_from), [source]))
         return runs
 
-    async def _send(self, tp: TopicPartition,
-                    runs: Sequence[tuple[int, list[tuple[int, bytes, bool]]]]) -> SendProgress:
+    async def _send_all(self, work: Mapping[TopicPartition,
+                                            Sequence[tuple[int, list[tuple[int, bytes, bool]]]]]
+                        ) -> list[SendProgress]:
+        """Every partition's batches, in `work`'s order. The first batch of each goes in one
+        request per leader, as a producer sends them (a pass of small transactions is
+        mostly that); the rest follow per partition, several in flight."""
+        built = [self._built(tp, runs) for tp, runs in work.items()]
+        firsts = [(tp, batch) for tp, batch in zip(work, (next(b, None) for b in built),
+                                                   strict=True) if batch is not None]
+        progress = {tp: SendProgress(0) for tp in work}
+        answers = await self._client.produce_together(
+            [(tp.topic, tp.partition, batch.data) for tp, batch in firsts],
+            transactional_id=self.transactional_id, timeout_ms=self._produce_timeout_ms)
+        for (tp, batch), answer in zip(firsts, answers, strict=True):
+            progress[tp].acknowledged(answer, batch)
+        return list(await asyncio.gather(*(self._send_rest(tp, batches, progress[tp])
+                                           for tp, batches in zip(work, built, strict=True))))
+
+    async def _send_rest(self, tp: TopicPartition, batches: Iterator[HardenedBatch],
+                         progress: SendProgress) -> SendProgress:
+        rest = next(batches, None)
+        if rest is None:
+            return progress
         sender = await self._client.partition_sender(tp.topic, tp.partition)
-        return await send_batches(sender, self._built(tp, runs), SendProgress(0),
+        return await send_batches(sender, itertools.chain([rest], batches), progress,
                                   max_in_flight=self._max_in_flight,
                                   timeout_ms=self._produce_timeout_ms,
                                   transactional_id=self.transactional_id)

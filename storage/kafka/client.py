@@ -736,6 +736,62 @@ class KafkaClient:
         return PartitionSender(self, await self._leader_connection(topic, partition), topic,
                                partition)
 
+    async def produce_together(self, batches: Sequence[tuple[str, int, bytes]], *,
+                               transactional_id: str | None = None,
+                               timeout_ms: int = 30_000) -> list[ProduceResult]:
+        """One batch for each of several partitions (each named once), acks=all, in one
+        Produce request per leader, as a producer sends them: a broker handles one request of
+        a connection at a time, and verifies a transactional request's partitions with its
+        transaction coordinator together. The results in the order given; once every answer
+        is in, raises the storage error of the first partition that failed."""
+        groups: dict[int, tuple[BrokerConnection, list[int]]] = {}
+        for index, (topic, partition, _) in enumerate(batches):
+            connection = await self._leader_connection(topic, partition)
+            groups.setdefault(id(connection), (connection, []))[1].append(index)
+        answers = []
+        for connection, indexes in groups.values():
+            by_topic: dict[str, list[ProduceRequest.TopicProduceData.PartitionProduceData]] = {}
+            for index in indexes:
+                topic, partition, records = batches[index]
+                by_topic.setdefault(topic, []).append(
+                    ProduceRequest.TopicProduceData.PartitionProduceData(index=partition,
+                                                                         records=records))
+            body = ProduceRequest(transactional_id=transactional_id, acks=-1,
+                                  timeout_ms=timeout_ms,
+                                  topic_data=[ProduceRequest.TopicProduceData(name=topic,
+                                                                              partition_data=data)
+                                              for topic, data in by_topic.items()])
+            answers.append(self._produce_answer(connection, body, [batches[i][:2]
+                                                                   for i in indexes]))
+        found: dict[tuple[str, int], ProduceResult] = {}
+        failure: BaseException | None = None
+        for outcome in await asyncio.gather(*answers, return_exceptions=True):
+            if isinstance(outcome, BaseException):
+                failure = failure or outcome
+            else:
+                found.update(outcome)
+        codes = [(topic, partition, found[topic, partition].error_code)
+                 for topic, partition, _ in batches if (topic, partition) in found]
+        for topic, partition, code in codes:
+            if code not in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
+                self._raise_for(code, topic, partition, f"produce to {topic}[{partition}]")
+        if failure is not None:
+            raise failure
+        return [found[topic, partition] for topic, partition, _ in batches]
+
+    async def _produce_answer(self, connection: BrokerConnection, body: Message,
+                              tps: Sequence[tuple[str, int]]
+                              ) -> dict[tuple[str, int], ProduceResult]:
+        try:
+            response = await connection.request(ApiKey.PRODUCE, body)
+        except HardenedStoreUnavailable:
+            for topic, partition in tps:
+                self.forget_leader(topic, partition)
+            raise
+        return {(str(topic.name), int(part.index)): ProduceResult(int(part.base_offset),
+                                                                  int(part.error_code))
+                for topic in response.responses for part in topic.partition_responses}
+
     async def produce(self, topic: str, partition: int, records: bytes, acks: int = -1,
                       timeout_ms: int = 30_000) -> ProduceResult:
         """Produce one record batch; (base_offset, error_code) with error_code NONE or

@@ -19,13 +19,14 @@ import pytest
 from aiokafka.record._crecords import DefaultRecordBatchBuilder
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from storage.errors import Fenced
+from storage.errors import Fenced, HardenedStoreRejected
 from storage.hardened_batches import iter_hardened_batches
 from storage.hardened_store import Fence, HardenedPartitionWriter, WriteResult
 from storage.kafka.client import FetchResult, KafkaClient, ProduceResult
 from storage.model import Reliability, StoredBatch
 from tests.conftest import KafkaRelay
 from wire.batch import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD, read_header
+from wire.errors import ErrorCode
 from wire.lineage import kiln_offset_of, split_lineage
 from wire.records import decode_records
 
@@ -538,3 +539,47 @@ def test_a_resent_batch_is_a_duplicate_and_not_stored_twice(
     assert first == (0, 0)
     assert again.error_code in (0, 46) and again.base_offset in (-1, 0)
     assert high_watermark == 10
+
+
+def test_batches_produced_together_land_in_each_partition_in_one_call(
+        kafka_bootstrap: str, unique_topic: str) -> None:
+    # Given a topic of three partitions and one client batch for each
+    batches = [stored(make_records(10 * p, 10), CODEC_NONE) for p in range(3)]
+
+    async def body(client: KafkaClient) -> list[ProduceResult]:
+        await new_topic(client, unique_topic, 3)
+        # When they are produced together
+        return await client.produce_together(
+            [(unique_topic, p, batch.data) for p, batch in enumerate(batches)])
+
+    results = run(kafka_bootstrap, body)
+    # Then each partition answers, in the order given, and holds its batch's records
+    assert results == [ProduceResult(0, 0)] * 3
+    for p in range(3):
+        assert [r.value for r in consume(kafka_bootstrap, unique_topic, 10, partition=p)] == [
+            s.value for s in make_records(10 * p, 10)]
+
+
+def test_a_partition_refusing_a_batch_produced_together_fails_the_call_and_not_the_others(
+        kafka_bootstrap: str, unique_topic: str) -> None:
+    # Given a topic of two partitions, a good batch for the first and, for the second, one
+    # whose CRC does not match its records
+    good = stored(make_records(0, 5), CODEC_NONE)
+    bad = bytearray(stored(make_records(5, 5), CODEC_NONE).data)
+    bad[-1] ^= 0xFF
+
+    async def body(client: KafkaClient) -> BaseException | None:
+        await new_topic(client, unique_topic, 2)
+        # When both are produced together
+        try:
+            await client.produce_together([(unique_topic, 0, good.data),
+                                           (unique_topic, 1, bytes(bad))])
+        except HardenedStoreRejected as exc:
+            return exc
+        return None
+
+    refused = run(kafka_bootstrap, body)
+    # Then the call fails with the second partition's error, and the first holds its batch
+    assert isinstance(refused, HardenedStoreRejected)
+    assert refused.error_code == ErrorCode.CORRUPT_MESSAGE
+    assert len(consume(kafka_bootstrap, unique_topic, 5, partition=0)) == 5
