@@ -212,6 +212,8 @@ class KilnApp:
         except StorageError as exc:
             raise StartupError(f"cannot reach Kafka at {self.settings.kafka_bootstrap}: "
                                f"{exc.message}") from exc
+        if self.transactions is not None and not await self._kafka_hardens_transactions():
+            self._transactions_off()
         for topic, group in self.settings.subscriptions:
             if await self.delivery.subscribe(topic, group, source="config"):
                 log.info("durable subscription %s of topic %s registered from the configuration",
@@ -238,6 +240,28 @@ class KilnApp:
         self.membership.bound(served.advertised_host, served.advertised_port, self._http_text())
         await self.membership.heartbeat()
         self.membership.start()
+
+    async def _kafka_hardens_transactions(self) -> bool:
+        """Whether the hardened store is an Apache Kafka broker (KRaft: it finalizes
+        `metadata.version`), whose transactions the hardening lane writes into. tansu runs
+        transactions but, after a crash, shows aborted records to read_committed readers
+        (docs/services.md, "Transactions"), so Kiln transactions hardened there would not
+        stay whole."""
+        try:
+            features = await self.kafka.finalized_features()
+        except StorageError as exc:
+            raise StartupError(f"cannot reach Kafka at {self.settings.kafka_bootstrap}: "
+                               f"{exc.message}") from exc
+        return "metadata.version" in features
+
+    def _transactions_off(self) -> None:
+        log.warning("transactions are off: Kafka at %s finalizes no metadata.version, so it "
+                    "is not an Apache Kafka broker whose transactions Kiln can harden into "
+                    "(transactional producers get COORDINATOR_NOT_AVAILABLE; set "
+                    "transactions_enabled = false to say so)", self.settings.kafka_bootstrap)
+        self.lane = None
+        self.transactions = None
+        self.context.transactions = None
 
     async def _register_node(self) -> None:
         """Take this node's id (storage/nodes.py) before anything is told to clients."""

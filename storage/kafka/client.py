@@ -731,6 +731,11 @@ class KafkaClient:
 
     # --- produce and fetch -------------------------------------------------------------------
 
+    async def finalized_features(self) -> dict[str, int]:
+        """The cluster-wide finalized features a broker reports (name: max version level);
+        an Apache Kafka broker in KRaft mode finalizes at least `metadata.version`."""
+        return dict((await self._any_connection()).finalized_features)
+
     async def partition_sender(self, topic: str, partition: int) -> PartitionSender:
         """A sender bound to the partition's current leader."""
         return PartitionSender(self, await self._leader_connection(topic, partition), topic,

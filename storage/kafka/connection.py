@@ -72,6 +72,9 @@ class BrokerConnection:
         self._pending: collections.deque[_Pending] = collections.deque()
         self._failure: str | None = None
         self._versions: dict[int, int] = {}
+        # The cluster-wide finalized features ApiVersions reported (v3+), by name: their max
+        # version level. Empty from a broker that finalizes none (tansu).
+        self.finalized_features: dict[str, int] = {}
         self._read_task = asyncio.get_running_loop().create_task(
             self._read_loop(), name=f"kiln-kafka-read-{host}:{port}"
         )
@@ -179,6 +182,9 @@ class BrokerConnection:
             response = await self.request(ApiKey.API_VERSIONS, ApiVersionsRequest(), 0)
         if response.error_code != 0:
             raise error_for(response.error_code, f"ApiVersions to {self.host}:{self.port}")
+        self.finalized_features = {
+            str(feature.name): int(feature.max_version_level)
+            for feature in getattr(response, "finalized_features", None) or ()}
         for api in response.api_keys:
             ours = UPSTREAM_APIS.get(api.api_key)
             if ours is None:
