@@ -103,11 +103,14 @@ class DriverRun:
                 f"{shown}\n--- stderr ---\n{self.stderr[-3000:]}")
 
 
-def run_kafkajs(command: str, spec: Mapping[str, Any], timeout_s: float = 60) -> DriverRun:
+def run_kafkajs(command: str, spec: Mapping[str, Any], timeout_s: float = 60, *,
+                driver: Path = DRIVER) -> DriverRun:
+    """`node DRIVER COMMAND` with `spec` on stdin (node/kafkajs_transactions.js is the
+    other driver), kafkajs found on NODE_PATH."""
     env = {**os.environ, "NODE_PATH": str(NODE_MODULES),
            "KAFKAJS_NO_PARTITIONER_WARNING": "1"}
     try:
-        done = subprocess.run(["node", str(DRIVER), command], input=json.dumps(spec),
+        done = subprocess.run(["node", str(driver), command], input=json.dumps(spec),
                               capture_output=True, text=True, timeout=timeout_s, env=env,
                               check=False)
     except subprocess.TimeoutExpired as exc:

@@ -24,10 +24,6 @@ Every test also checks that Kiln closed no connection and failed no request unex
 from __future__ import annotations
 
 import itertools
-import json
-import os
-import shutil
-import subprocess
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -37,9 +33,13 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.compat.conftest import answering_all
 from tests.compat.java import committed_offsets
-from tests.compat.test_kafkajs import NODE_MODULES, DriverRun
-from tests.conftest import _unavailable
+from tests.compat.test_kafkajs import (  # noqa: F401 (kafkajs_installed: an autouse fixture)
+    DriverRun,
+    kafkajs_installed,
+    run_kafkajs,
+)
 from tests.kiln_harness import RunningKiln, fresh_kiln
 from tests.txn_readers import read_messages, read_to_end
 from wire.lineage import lineage_offset
@@ -56,14 +56,6 @@ INVALID_PRODUCER_EPOCH = "INVALID_PRODUCER_EPOCH"
 Pair = tuple[int, str]  # (Kiln offset, value)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def kafkajs_installed() -> None:
-    if shutil.which("node") is None:
-        _unavailable("kafkajs", "node is not on PATH (scripts/setup.sh installs it)")
-    if not (NODE_MODULES / "kafkajs").is_dir():
-        _unavailable("kafkajs", f"{NODE_MODULES} has no kafkajs (run scripts/setup.sh)")
-
-
 @pytest.fixture(scope="module")
 def txn_kiln(redis_url: str, kafka_bootstrap: str) -> Iterator[RunningKiln]:
     with fresh_kiln(redis_url, kafka_bootstrap, harden_delay_ms=HARDEN_DELAY_MS,
@@ -76,13 +68,8 @@ def kiln(txn_kiln: RunningKiln, caplog: pytest.LogCaptureFixture) -> Iterator[Ru
     """`txn_kiln`, checked when the test is over as tests/compat/conftest.py's
     kiln_answering_all checks its Kiln: no connection closed on a request Kiln could not
     take, no request failed unexpectedly (logged at ERROR)."""
-    closed_before = txn_kiln.app.metrics.value("kiln_malformed_frames_total")
-    yield txn_kiln
-    closed = txn_kiln.app.metrics.value("kiln_malformed_frames_total") - closed_before
-    failed = [f"{r.levelname} {r.name}: {r.getMessage()}" for r in caplog.get_records("call")
-              if r.name.startswith("proxy.") and r.levelname in ("ERROR", "CRITICAL")]
-    assert closed == 0, f"Kiln closed {closed} client connection(s)"
-    assert failed == [], "Kiln failed requests unexpectedly:\n" + "\n".join(failed)
+    with answering_all(txn_kiln, caplog):
+        yield txn_kiln
 
 
 def create_topic(kiln: RunningKiln, topic: str, *, in_redis: bool) -> str:
@@ -98,18 +85,7 @@ def create_topic(kiln: RunningKiln, topic: str, *, in_redis: bool) -> str:
 
 
 def run_driver(command: str, spec: Mapping[str, Any], timeout_s: float = 90) -> DriverRun:
-    env = {**os.environ, "NODE_PATH": str(NODE_MODULES),
-           "KAFKAJS_NO_PARTITIONER_WARNING": "1"}
-    try:
-        done = subprocess.run(["node", str(DRIVER), command], input=json.dumps(spec),
-                              capture_output=True, text=True, timeout=timeout_s, env=env,
-                              check=False)
-    except subprocess.TimeoutExpired as exc:
-        raise AssertionError(f"kafkajs {command} did not finish within {timeout_s} s:\n"
-                             f"{exc.stdout!r}\n{exc.stderr!r}") from exc
-    # The driver prints nothing but JSON on stdout: a line that is not fails the test.
-    events = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
-    return DriverRun(command, done.returncode, events, done.stderr)
+    return run_kafkajs(command, spec, timeout_s, driver=DRIVER)
 
 
 def run_script(kiln: RunningKiln, topic: str, producers: Mapping[str, str],

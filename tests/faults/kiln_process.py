@@ -12,10 +12,13 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from cli.local_services import free_port, kafka_broker_answers
 from tests.kiln_harness import sync_redis
+
+if TYPE_CHECKING:
+    from tests.conftest import KafkaRelay
 
 
 def kiln_executable() -> str:
@@ -158,6 +161,63 @@ def fresh_kiln_process(redis_url: str, kafka_bootstrap: str, log_path: Path,
         yield process
     finally:
         process.stop()
+
+
+class Takeover:
+    """Two `kiln serve` children on one Redis, for the zombie tests: `first` reaches Kafka
+    through a relay and its delay never expires (it hardens when asked to flush); `second`,
+    its successor, reaches Kafka directly. Neither is started yet."""
+
+    def __init__(self, redis_url: str, kafka_bootstrap: str, kafka_relay: KafkaRelay,
+                 log_dir: Path, successor_delay_ms: int) -> None:
+        self._redis_url = redis_url
+        self._relay = kafka_relay.relay
+        self.first = KilnProcess(free_port(), redis_url, kafka_relay.bootstrap, 600_000,
+                                 log_dir / "first.log")
+        self.second = KilnProcess(free_port(), redis_url, kafka_bootstrap, successor_delay_ms,
+                                  log_dir / "second.log")
+        self._flush: subprocess.Popen[bytes] | None = None
+
+    def start_flush(self, topic: str, timeout_s: int) -> subprocess.Popen[bytes]:
+        """`kiln flush TOPIC` in the background (an operator's flush): every partition of
+        the topic hardened at once, by whichever Kiln process owns it."""
+        self._flush = subprocess.Popen([kiln_executable(), "flush", topic, "--timeout",
+                                        str(timeout_s), "--redis-url", self._redis_url],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return self._flush
+
+    def pause_first(self) -> None:
+        """The relay holds what the first process sends, then the process is paused
+        (SIGSTOP): it hangs with requests in hand, however its writes are going."""
+        self._relay.hold()
+        self.first.pause()
+
+    def resume_first(self) -> None:
+        """The held requests go on to Kafka and the first process resumes (SIGCONT)."""
+        self._relay.release()
+        self.first.resume()
+
+    def close(self) -> None:
+        """For finally blocks: nothing left held, paused or running."""
+        try:
+            self.resume_first()
+        finally:
+            self.first.stop()
+            self.second.stop()
+            if self._flush is not None and self._flush.poll() is None:
+                self._flush.kill()
+
+
+@contextlib.contextmanager
+def takeover(redis_url: str, kafka_bootstrap: str, kafka_relay: KafkaRelay, log_dir: Path,
+             successor_delay_ms: int) -> Iterator[Takeover]:
+    """A `Takeover` on an emptied Redis, closed in the end whatever happened."""
+    sync_redis(redis_url).flushdb()
+    scene = Takeover(redis_url, kafka_bootstrap, kafka_relay, log_dir, successor_delay_ms)
+    try:
+        yield scene
+    finally:
+        scene.close()
 
 
 def kiln_cli(redis_url: str, *args: str, timeout_s: float = 60) -> str:

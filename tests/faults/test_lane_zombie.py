@@ -13,18 +13,16 @@ just before the pause (as tests/faults/test_zombie.py does for a partition's own
 from __future__ import annotations
 
 import random
-import subprocess
 import time
 from collections import Counter
 from pathlib import Path
 
 import confluent_kafka
-import redis
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from cli.local_services import free_port
 from tests.conftest import KafkaRelay
-from tests.faults.kiln_process import KilnProcess, kiln_executable
+from tests.faults.kiln_process import takeover
+from tests.faults.test_zombie import wait_for_high_watermark
 from tests.txn_readers import read_messages
 
 PARTITIONS = 2
@@ -64,13 +62,10 @@ def produce_transactions(bootstrap: str, topic: str) -> tuple[set[int], set[int]
 def test_a_paused_lane_lands_nothing_after_its_successor_took_over(
         redis_url: str, kafka_bootstrap: str, kafka_relay: KafkaRelay, unique_topic: str,
         tmp_path: Path, rng: random.Random) -> None:
-    redis.Redis.from_url(redis_url).flushdb()
     # The first's delay never expires: it hardens only when asked to flush.
-    first = KilnProcess(free_port(), redis_url, kafka_relay.bootstrap, 600_000,
-                        tmp_path / "first.log")
-    second = KilnProcess(free_port(), redis_url, kafka_bootstrap, 1500, tmp_path / "second.log")
-    flush: subprocess.Popen[bytes] | None = None
-    try:
+    with takeover(redis_url, kafka_bootstrap, kafka_relay, tmp_path,
+                  successor_delay_ms=1500) as scene:
+        first, second = scene.first, scene.second
         # Given committed and aborted transactions in Kiln (their commits answered from
         # Redis), and a flush that has the lane write them to Kafka at 3 MB/s
         first.start()
@@ -79,30 +74,21 @@ def test_a_paused_lane_lands_nothing_after_its_successor_took_over(
             "kiln.max.reliability": "reliable_persistent"})])[unique_topic].result(30)
         committed, aborted = produce_transactions(first.bootstrap, unique_topic)
         kafka_relay.relay.throttle(3_000_000)
-        flush = subprocess.Popen([kiln_executable(), "flush", unique_topic, "--timeout", "180",
-                                  "--redis-url", redis_url],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        flush = scene.start_flush(unique_topic, timeout_s=180)
 
         # When the lane is paused in the middle of its pass, with requests in hand; another
         # Kiln takes the lane over and hardens everything; then the first goes on
         pause_at = int(COMMITTED_PER_PARTITION * rng.uniform(0.1, 0.7))
-        in_kafka_at_pause = wait_for_uncommitted_end(kafka_bootstrap, unique_topic, pause_at)
-        kafka_relay.relay.hold()
-        first.pause()
+        in_kafka_at_pause = wait_for_high_watermark(kafka_bootstrap, unique_topic, pause_at,
+                                                    timeout_s=90,
+                                                    isolation_level="read_uncommitted")
+        scene.pause_first()
         second.start()
         flushed = flush.wait(180)
-        kafka_relay.relay.release()
-        first.resume()
+        scene.resume_first()
         time.sleep(3)
         first_exit = first.terminate()
         second_exit = second.terminate()
-    finally:
-        kafka_relay.relay.release()
-        first.resume()
-        first.stop()
-        second.stop()
-        if flush is not None and flush.poll() is None:
-            flush.kill()
 
     print(f"paused with {in_kafka_at_pause} records of partition 0 in Kafka; first log:\n"
           f"{first.log_tail(2000)}")
@@ -124,17 +110,3 @@ def test_a_paused_lane_lands_nothing_after_its_successor_took_over(
     assert not set(counts) & aborted
     assert all(c == RECORDS for c in counts.values()), counts
 
-
-def wait_for_uncommitted_end(bootstrap: str, topic: str, at_least: int) -> int:
-    """Poll partition 0's high watermark (records of open transactions included) until it
-    reaches `at_least`; returns it."""
-    with confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "zombie-watch",
-                                   "isolation.level": "read_uncommitted"}) as consumer:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            _, high = consumer.get_watermark_offsets(
-                confluent_kafka.TopicPartition(topic, 0), timeout=5, cached=False)
-            if high >= at_least:
-                return int(high)
-            time.sleep(0.005)
-    raise AssertionError(f"{topic}: fewer than {at_least} records in Kafka after 90 s")

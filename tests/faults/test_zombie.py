@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import random
-import subprocess
 import time
 from pathlib import Path
 
@@ -26,9 +25,8 @@ import confluent_kafka
 import pytest
 import redis
 
-from cli.local_services import free_port
 from tests.conftest import KafkaRelay
-from tests.faults.kiln_process import KilnProcess, kiln_executable
+from tests.faults.kiln_process import takeover
 from tests.faults.records import Deliveries, read_partition, value_of
 from tests.faults.test_kill9 import HARDENING_STARTED, assert_exactly_once_in_order
 
@@ -59,21 +57,15 @@ def produce_backlog(bootstrap: str, topic: str) -> Deliveries:
 def test_a_paused_writer_lands_nothing_after_its_successor_took_over(
         run: int, redis_url: str, kafka_bootstrap: str, kafka_relay: KafkaRelay,
         unique_topic: str, tmp_path: Path, rng: random.Random) -> None:
-    redis.Redis.from_url(redis_url).flushdb()
-    first = KilnProcess(free_port(), redis_url, kafka_relay.bootstrap, 600_000,
-                        tmp_path / "first.log")
-    second = KilnProcess(free_port(), redis_url, kafka_bootstrap, DELAY_MS,
-                         tmp_path / "second.log")
-    flush: subprocess.Popen[bytes] | None = None
-    try:
+    with takeover(redis_url, kafka_bootstrap, kafka_relay, tmp_path,
+                  successor_delay_ms=DELAY_MS) as scene:
+        first, second = scene.first, scene.second
         # Given a Kiln hardening a backlog all at once (an operator's flush), its writes to
         # Kafka slowed to 10 MB/s so that they take a few seconds
         kafka_relay.relay.throttle(10_000_000)
         first.start()
         deliveries = produce_backlog(first.bootstrap, unique_topic)
-        flush = subprocess.Popen([kiln_executable(), "flush", unique_topic, "--timeout", "120",
-                                  "--redis-url", redis_url],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        flush = scene.start_flush(unique_topic, timeout_s=120)
         hardening = HARDENING_STARTED.format(topic=unique_topic)
         assert first.wait_for_log(hardening, 30), first.log_tail()
 
@@ -82,24 +74,15 @@ def test_a_paused_writer_lands_nothing_after_its_successor_took_over(
         # the first goes on and its requests land
         pause_at = int(RECORDS * rng.uniform(0.1, 0.7))
         in_kafka_at_pause = wait_for_high_watermark(kafka_bootstrap, unique_topic, pause_at)
-        kafka_relay.relay.hold()
-        first.pause()
+        scene.pause_first()
         second.start()
         assert second.wait_for_log(hardening, 30), second.log_tail()
         assert wait_until_hardened(redis_url, unique_topic, 60), second.log_tail()
-        kafka_relay.relay.release()
-        first.resume()
+        scene.resume_first()
         time.sleep(2)
         flushed = flush.wait(60)
         first_exit = first.terminate()
         second_exit = second.terminate()
-    finally:
-        kafka_relay.relay.release()
-        first.resume()
-        first.stop()
-        second.stop()
-        if flush is not None and flush.poll() is None:
-            flush.kill()
 
     # Then every acknowledged record is in Kafka once, in order
     print(f"paused with {in_kafka_at_pause} records in Kafka; first log:\n"
@@ -112,18 +95,22 @@ def test_a_paused_writer_lands_nothing_after_its_successor_took_over(
     assert [r.seq for r in hardened] == list(range(RECORDS))
 
 
-def wait_for_high_watermark(bootstrap: str, topic: str, at_least: int) -> int:
-    """Poll the partition's high watermark until it reaches `at_least`; returns it."""
-    with confluent_kafka.Consumer({"bootstrap.servers": bootstrap,
-                                   "group.id": "zombie-watch"}) as consumer:
-        deadline = time.monotonic() + 60
+def wait_for_high_watermark(bootstrap: str, topic: str, at_least: int, *,
+                            timeout_s: float = 60,
+                            isolation_level: str = "read_committed") -> int:
+    """Poll partition 0's high watermark until it reaches `at_least`; returns it. What a
+    read_committed consumer is told is the last stable offset: read_uncommitted counts the
+    records of open transactions too."""
+    with confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "zombie-watch",
+                                   "isolation.level": isolation_level}) as consumer:
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             _, high = consumer.get_watermark_offsets(
                 confluent_kafka.TopicPartition(topic, 0), timeout=5, cached=False)
             if high >= at_least:
                 return int(high)
             time.sleep(0.005)
-    raise AssertionError(f"{topic}: fewer than {at_least} records in Kafka after 60 s")
+    raise AssertionError(f"{topic}: fewer than {at_least} records in Kafka after {timeout_s} s")
 
 
 def wait_until_hardened(redis_url: str, topic: str, timeout_s: float) -> bool:

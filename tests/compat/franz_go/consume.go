@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"strconv"
 	"strings"
@@ -24,13 +23,7 @@ func pollUntil(cl *kgo.Client, records, timeoutMs int, afterPoll func() error) (
 		if ctx.Err() != nil {
 			break
 		}
-		for _, fe := range fetches.Errors() {
-			if errors.Is(fe.Err, context.DeadlineExceeded) || errors.Is(fe.Err, context.Canceled) {
-				continue
-			}
-			emit("fetch_error", map[string]any{"topic": fe.Topic, "partition": fe.Partition,
-				"error": fe.Err.Error(), "error_code": errorCode(fe.Err)})
-		}
+		emitFetchErrors(fetches)
 		n := 0
 		fetches.EachRecord(func(r *kgo.Record) {
 			emit("record", recordJSON(r))
@@ -46,43 +39,63 @@ func pollUntil(cl *kgo.Client, records, timeoutMs int, afterPoll func() error) (
 	return read, nil
 }
 
-// consume reads partitions directly (no group) from an offset.
+// emitFetchErrors prints each fetch error ("fetch_error") but a poll's own end (its
+// deadline, its cancellation).
+func emitFetchErrors(fetches kgo.Fetches) {
+	for _, fe := range fetches.Errors() {
+		if errors.Is(fe.Err, context.DeadlineExceeded) || errors.Is(fe.Err, context.Canceled) {
+			continue
+		}
+		emitOutcome("fetch_error", map[string]any{"topic": fe.Topic, "partition": fe.Partition},
+			fe.Err)
+	}
+}
+
+// offsetOf reads --from: start, end or an offset.
+func offsetOf(text string) (kgo.Offset, error) {
+	switch text {
+	case "start":
+		return kgo.NewOffset().AtStart(), nil
+	case "end":
+		return kgo.NewOffset().AtEnd(), nil
+	}
+	at, err := strconv.ParseInt(text, 10, 64)
+	if err != nil {
+		return kgo.Offset{}, err
+	}
+	return kgo.NewOffset().At(at), nil
+}
+
+func isolationOf(name string) (kgo.IsolationLevel, error) {
+	switch name {
+	case "committed":
+		return kgo.ReadCommitted(), nil
+	case "uncommitted":
+		return kgo.ReadUncommitted(), nil
+	}
+	return kgo.IsolationLevel{}, fmt.Errorf("unknown isolation %q", name)
+}
+
+// consume reads partitions directly (no group) from an offset, in an isolation level.
 func consume(args []string) error {
-	fs := flag.NewFlagSet("consume", flag.ContinueOnError)
-	brokers := fs.String("brokers", "", "bootstrap servers")
+	fs, brokers := commandFlags("consume")
 	topic := fs.String("topic", "", "topic")
-	partitionList := fs.String("partitions", "0", "comma-separated partitions")
-	from := fs.String("from", "start", "start, end or an offset")
+	partitions := parsedVar(fs, "partitions", "0", "comma-separated partitions", int32List)
+	start := parsedVar(fs, "from", "start", "start, end or an offset", offsetOf)
+	level := parsedVar(fs, "isolation", "uncommitted", "committed or uncommitted", isolationOf)
 	records := fs.Int("records", 0, "stop after this many records")
 	timeoutMs := fs.Int("timeout-ms", 20000, "stop after this long")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	partitions, err := int32List(*partitionList)
-	if err != nil {
-		return err
-	}
-	var start kgo.Offset
-	switch *from {
-	case "start":
-		start = kgo.NewOffset().AtStart()
-	case "end":
-		start = kgo.NewOffset().AtEnd()
-	default:
-		at, err := strconv.ParseInt(*from, 10, 64)
-		if err != nil {
-			return fmt.Errorf("--from %q: %w", *from, err)
-		}
-		start = kgo.NewOffset().At(at)
-	}
 	offsets := map[int32]kgo.Offset{}
-	for _, p := range partitions {
-		offsets[p] = start
+	for _, p := range *partitions {
+		offsets[p] = *start
 	}
 	log := newRequestLog()
 	cl, err := newClient(*brokers, log,
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{*topic: offsets}),
-		kgo.FetchMaxWait(500*time.Millisecond))
+		kgo.FetchIsolationLevel(*level), kgo.FetchMaxWait(500*time.Millisecond))
 	if err != nil {
 		return err
 	}
@@ -96,8 +109,7 @@ func consume(args []string) error {
 // poll (synchronously, so each "committed" event is in the group when it is printed), and
 // leaves the group at the end.
 func group(args []string) error {
-	fs := flag.NewFlagSet("group", flag.ContinueOnError)
-	brokers := fs.String("brokers", "", "bootstrap servers")
+	fs, brokers := commandFlags("group")
 	topics := fs.String("topics", "", "comma-separated topics")
 	groupID := fs.String("group", "", "group id")
 	protocol := fs.String("protocol", "classic",

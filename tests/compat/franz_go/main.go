@@ -3,10 +3,10 @@
 // the JSON lines it prints on stdout, one event per line.
 //
 //	franz-go produce --brokers B --topic T [--partition P] --codec C --acks A --idempotent=BOOL < records
-//	franz-go consume --brokers B --topic T --partitions 0,1 --from OFFSET --records N
+//	franz-go consume --brokers B --topic T --partitions 0,1 --from OFFSET [--isolation committed|uncommitted] --records N
 //	franz-go group   --brokers B --topics T --group G [--protocol classic|consumer] --records N
 //	franz-go admin OP --brokers B [flags of OP]
-//	franz-go txn-produce|txn-consume|txn-etl|txn-fence ... (txn.go)
+//	franz-go txn-produce|txn-etl|txn-fence ... (txn.go)
 //
 // Every run ends with a "requests" event: the requests franz-go wrote, by API key, and
 // those whose answer never came because the connection failed before franz-go itself
@@ -32,33 +32,26 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
+// commands: the subcommands, by name (txn-* in txn.go).
+var commands = map[string]func(args []string) error{
+	"produce":     produce,
+	"consume":     consume,
+	"group":       group,
+	"admin":       admin,
+	"txn-produce": txnProduce,
+	"txn-etl":     txnETL,
+	"txn-fence":   txnFence,
+}
+
 func main() {
 	if len(os.Args) < 2 {
 		fatal(errors.New("usage: franz-go produce|consume|group|admin ..."))
 	}
-	command, args := os.Args[1], os.Args[2:]
-	var err error
-	switch command {
-	case "produce":
-		err = produce(args)
-	case "consume":
-		err = consume(args)
-	case "group":
-		err = group(args)
-	case "admin":
-		err = admin(args)
-	case "txn-produce":
-		err = txnProduce(args)
-	case "txn-consume":
-		err = txnConsume(args)
-	case "txn-etl":
-		err = txnETL(args)
-	case "txn-fence":
-		err = txnFence(args)
-	default:
-		err = fmt.Errorf("unknown command %q", command)
+	run, ok := commands[os.Args[1]]
+	if !ok {
+		fatal(fmt.Errorf("unknown command %q", os.Args[1]))
 	}
-	if err != nil {
+	if err := run(os.Args[2:]); err != nil {
 		fatal(err)
 	}
 }
@@ -76,6 +69,13 @@ func emit(event string, fields map[string]any) {
 		fmt.Fprintln(os.Stderr, "writing stdout:", err)
 		os.Exit(1)
 	}
+}
+
+// emitOutcome prints an event with err's text and Kafka error code ("error": null and
+// "error_code": 0 for nil).
+func emitOutcome(event string, fields map[string]any, err error) {
+	fields["error"], fields["error_code"] = errText(err), errorCode(err)
+	emit(event, fields)
 }
 
 func fatal(err error) {
@@ -155,6 +155,12 @@ func errText(err error) any {
 // newClient builds a client with the request log hooked in; close it with closeClient so
 // the connections franz-go closes itself are not counted as broken.
 func newClient(brokers string, log *requestLog, opts ...kgo.Opt) (*kgo.Client, error) {
+	return kgo.NewClient(clientOpts(brokers, log, opts...)...)
+}
+
+// clientOpts: every client's options (the request log hooked in), then opts; for clients
+// built by something else (a GroupTransactSession builds its own).
+func clientOpts(brokers string, log *requestLog, opts ...kgo.Opt) []kgo.Opt {
 	base := []kgo.Opt{
 		kgo.SeedBrokers(strings.Split(brokers, ",")...),
 		kgo.WithHooks(log),
@@ -167,7 +173,7 @@ func newClient(brokers string, log *requestLog, opts ...kgo.Opt) (*kgo.Client, e
 	if os.Getenv("FRANZ_GO_DEBUG") != "" {
 		base = append(base, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelDebug, nil)))
 	}
-	return kgo.NewClient(append(base, opts...)...)
+	return append(base, opts...)
 }
 
 func closeClient(cl *kgo.Client, log *requestLog) {
@@ -243,6 +249,41 @@ type repeated []string
 
 func (r *repeated) String() string     { return strings.Join(*r, ",") }
 func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
+
+// parsedFlag is a flag whose text is parsed as it is set: a bad value fails parse.
+type parsedFlag[T any] struct {
+	value T
+	text  string
+	parse func(string) (T, error)
+}
+
+func (f *parsedFlag[T]) String() string { return f.text }
+
+func (f *parsedFlag[T]) Set(text string) error {
+	value, err := f.parse(text)
+	if err != nil {
+		return err
+	}
+	f.value, f.text = value, text
+	return nil
+}
+
+// parsedVar defines a flag read with parseText; its default, `text`, must parse.
+func parsedVar[T any](fs *flag.FlagSet, name, text, usage string,
+	parseText func(string) (T, error)) *T {
+	f := &parsedFlag[T]{parse: parseText}
+	if err := f.Set(text); err != nil {
+		panic(fmt.Sprintf("--%s's default: %v", name, err))
+	}
+	fs.Var(f, name, usage)
+	return &f.value
+}
+
+// commandFlags: a command's flags, with the --brokers every command takes.
+func commandFlags(name string) (*flag.FlagSet, *string) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	return fs, fs.String("brokers", "", "bootstrap servers")
+}
 
 func parse(fs *flag.FlagSet, args []string) error {
 	fs.SetOutput(os.Stderr)

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"sync"
@@ -87,12 +86,11 @@ func readRecords(topic string, partition int) ([]*kgo.Record, error) {
 // with its index in stdin and the partition and offset franz-go was told (acks=0: told
 // nothing, the offset is franz-go's own placeholder), or the record's error.
 func produce(args []string) error {
-	fs := flag.NewFlagSet("produce", flag.ContinueOnError)
-	brokers := fs.String("brokers", "", "bootstrap servers")
+	fs, brokers := commandFlags("produce")
 	topic := fs.String("topic", "", "topic")
 	partition := fs.Int("partition", -1, "partition; -1: franz-go's default partitioner")
-	codec := fs.String("codec", "none", "none, gzip, snappy, lz4 or zstd")
-	acks := fs.String("acks", "all", "0, 1 or all")
+	compression := parsedVar(fs, "codec", "none", "none, gzip, snappy, lz4 or zstd", codecOf)
+	requiredAcks := parsedVar(fs, "acks", "all", "0, 1 or all", acksOf)
 	idempotent := fs.Bool("idempotent", true, "idempotent producer (needs acks=all)")
 	lingerMs := fs.Int("linger-ms", 5, "linger")
 	batchBytes := fs.Int("batch-bytes", 4096, "batch size limit")
@@ -101,21 +99,13 @@ func produce(args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	compression, err := codecOf(*codec)
-	if err != nil {
-		return err
-	}
-	requiredAcks, err := acksOf(*acks)
-	if err != nil {
-		return err
-	}
 	records, err := readRecords(*topic, *partition)
 	if err != nil {
 		return err
 	}
 	opts := []kgo.Opt{
-		kgo.ProducerBatchCompression(compression),
-		kgo.RequiredAcks(requiredAcks),
+		kgo.ProducerBatchCompression(*compression),
+		kgo.RequiredAcks(*requiredAcks),
 		kgo.ProducerLinger(time.Duration(*lingerMs) * time.Millisecond),
 		// Small batches: several per partition, several in flight.
 		kgo.ProducerBatchMaxBytes(int32(*batchBytes)),
@@ -146,8 +136,8 @@ func produce(args []string) error {
 	for i, r := range records {
 		cl.Produce(ctx, r, func(r *kgo.Record, err error) {
 			defer wg.Done()
-			emit("delivered", map[string]any{"index": i, "partition": r.Partition,
-				"offset": r.Offset, "error": errText(err), "error_code": errorCode(err)})
+			emitOutcome("delivered", map[string]any{"index": i, "partition": r.Partition,
+				"offset": r.Offset}, err)
 		})
 	}
 	if err := cl.Flush(ctx); err != nil {

@@ -1,23 +1,19 @@
 package main
 
-// Transactions, for tests/compat/test_franz_go_transactions.py:
+// Transactions, for tests/compat/test_franz_go_transactions.py (which reads them with
+// consume --isolation committed|uncommitted):
 //
-//	franz-go txn-produce --brokers B --topic T --txn-id ID --partitions 0,1 --plan commit:a:3,abort:b:3 [--kafka K]
-//	franz-go txn-consume --brokers B --topic T --partitions 0,1 --isolation committed|uncommitted --records N
+//	franz-go txn-produce --brokers B --topic T --txn-id ID --partitions 0,1 --plan commit:a:3,abort:b:3
 //	franz-go txn-etl     --brokers B --group G --input I --output O --txn-id ID --ends 0:N0,1:N1 [--max-poll N] [--pause-ms MS]
 //	franz-go txn-fence   --brokers B --topic T --txn-id ID --fenced-at end|produce
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -53,59 +49,41 @@ func txnValue(name string, partition int32, i int) []byte {
 
 // txnProduce runs the plan's transactions one after the other with one transactional
 // client, printing each record's "delivered" event and each transaction's "ended" event.
-// With --kafka, "ended" also carries the hardened topic's last stable offsets at Kafka,
-// listed as soon as EndTransaction returned: what a read_committed reader of Kafka could
-// read at that moment.
 func txnProduce(args []string) error {
-	fs := flag.NewFlagSet("txn-produce", flag.ContinueOnError)
-	brokers := fs.String("brokers", "", "bootstrap servers")
+	fs, brokers := commandFlags("txn-produce")
 	topic := fs.String("topic", "", "topic")
 	txnID := fs.String("txn-id", "", "transactional id")
-	partitionList := fs.String("partitions", "0", "comma-separated partitions")
+	partitions := parsedVar(fs, "partitions", "0", "comma-separated partitions", int32List)
 	planText := fs.String("plan", "", "commit|abort:NAME:RECORDS_PER_PARTITION,...")
-	kafka := fs.String("kafka", "", "Kafka's bootstrap servers, to list its stable offsets")
 	if err := parse(fs, args); err != nil {
-		return err
-	}
-	partitions, err := int32List(*partitionList)
-	if err != nil {
 		return err
 	}
 	steps, err := parsePlan(*planText)
 	if err != nil {
 		return err
 	}
-	var stable func(context.Context) (map[string]int64, error)
-	if *kafka != "" {
-		// No request log: it is the client under test's, and this one talks to Kafka.
-		kcl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(*kafka, ",")...))
-		if err != nil {
-			return err
-		}
-		defer kcl.Close()
-		stable = func(ctx context.Context) (map[string]int64, error) {
-			return kafkaStableOffsets(ctx, kadm.NewClient(kcl), *topic)
-		}
-	}
 	log := newRequestLog()
-	cl, err := newClient(*brokers, log, kgo.TransactionalID(*txnID),
-		kgo.DefaultProduceTopic(*topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	cl, err := newTxnClient(*brokers, *topic, *txnID, log)
 	if err != nil {
 		return err
 	}
 	defer closeClient(cl, log)
 	for _, step := range steps {
-		if err := runTxnStep(cl, step, partitions, stable); err != nil {
+		if err := runTxnStep(cl, step, *partitions); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// runTxnStep runs one transaction of txn-produce's plan (stable: nil, or Kafka's stable
-// offsets of the topic, listed once EndTransaction returned).
-func runTxnStep(cl *kgo.Client, step txnStep, partitions []int32,
-	stable func(context.Context) (map[string]int64, error)) error {
+// newTxnClient: a transactional producer of `topic` that names each record's partition.
+func newTxnClient(brokers, topic, txnID string, log *requestLog) (*kgo.Client, error) {
+	return newClient(brokers, log, kgo.TransactionalID(txnID),
+		kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+}
+
+// runTxnStep runs one transaction of txn-produce's plan.
+func runTxnStep(cl *kgo.Client, step txnStep, partitions []int32) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := cl.BeginTransaction(); err != nil {
@@ -119,94 +97,20 @@ func runTxnStep(cl *kgo.Client, step txnStep, partitions []int32,
 	}
 	results := cl.ProduceSync(ctx, records...)
 	for _, r := range results {
-		emit("delivered", map[string]any{"transaction": step.name,
+		emitOutcome("delivered", map[string]any{"transaction": step.name,
 			"partition": r.Record.Partition, "offset": r.Record.Offset,
-			"value": string(r.Record.Value), "error": errText(r.Err),
-			"error_code": errorCode(r.Err)})
+			"value": string(r.Record.Value)}, r.Err)
 	}
 	if err := results.FirstErr(); err != nil {
 		return fmt.Errorf("produce %s: %w", step.name, err)
 	}
 	endErr := cl.EndTransaction(ctx, kgo.TransactionEndTry(step.commit))
-	ended := map[string]any{"transaction": step.name, "commit": step.commit,
-		"error": errText(endErr), "error_code": errorCode(endErr)}
-	if stable != nil && endErr == nil {
-		offsets, err := stable(ctx)
-		if err != nil {
-			return fmt.Errorf("listing Kafka's stable offsets: %w", err)
-		}
-		ended["kafka_lso"] = offsets
-	}
-	emit("ended", ended)
+	emitOutcome("ended", map[string]any{"transaction": step.name, "commit": step.commit},
+		endErr)
 	if endErr != nil {
 		return fmt.Errorf("end %s: %w", step.name, endErr)
 	}
 	return nil
-}
-
-// kafkaStableOffsets lists a topic's last stable offsets (ListOffsets, read_committed) by
-// partition ("0": offset).
-func kafkaStableOffsets(ctx context.Context, adm *kadm.Client, topic string) (map[string]int64, error) {
-	listed, err := adm.ListCommittedOffsets(ctx, topic)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]int64{}
-	for p, o := range listed[topic] {
-		if o.Err != nil {
-			return nil, fmt.Errorf("partition %d: %w", p, o.Err)
-		}
-		out[strconv.Itoa(int(p))] = o.Offset
-	}
-	return out, nil
-}
-
-func isolationOf(name string) (kgo.IsolationLevel, error) {
-	switch name {
-	case "committed":
-		return kgo.ReadCommitted(), nil
-	case "uncommitted":
-		return kgo.ReadUncommitted(), nil
-	}
-	return kgo.IsolationLevel{}, fmt.Errorf("unknown isolation %q", name)
-}
-
-// txnConsume reads partitions from their start, without a group, in an isolation level,
-// until --records records were printed ("record" events, as consume's).
-func txnConsume(args []string) error {
-	fs := flag.NewFlagSet("txn-consume", flag.ContinueOnError)
-	brokers := fs.String("brokers", "", "bootstrap servers")
-	topic := fs.String("topic", "", "topic")
-	partitionList := fs.String("partitions", "0", "comma-separated partitions")
-	isolation := fs.String("isolation", "committed", "committed or uncommitted")
-	records := fs.Int("records", 0, "stop after this many records")
-	timeoutMs := fs.Int("timeout-ms", 30000, "stop after this long")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	partitions, err := int32List(*partitionList)
-	if err != nil {
-		return err
-	}
-	level, err := isolationOf(*isolation)
-	if err != nil {
-		return err
-	}
-	offsets := map[int32]kgo.Offset{}
-	for _, p := range partitions {
-		offsets[p] = kgo.NewOffset().AtStart()
-	}
-	log := newRequestLog()
-	cl, err := newClient(*brokers, log,
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{*topic: offsets}),
-		kgo.FetchIsolationLevel(level), kgo.FetchMaxWait(500*time.Millisecond))
-	if err != nil {
-		return err
-	}
-	defer closeClient(cl, log)
-	read, err := pollUntil(cl, *records, *timeoutMs, nil)
-	emit("consumed", map[string]any{"records": read})
-	return err
 }
 
 // txnETL is consume-transform-produce, exactly once, with franz-go's GroupTransactSession:
@@ -217,8 +121,7 @@ func txnConsume(args []string) error {
 // (a window in which the test may kill it, the transaction open), then "ended"; it stops
 // once its committed offsets reached --ends, then leaves the group.
 func txnETL(args []string) error {
-	fs := flag.NewFlagSet("txn-etl", flag.ContinueOnError)
-	brokers := fs.String("brokers", "", "bootstrap servers")
+	fs, brokers := commandFlags("txn-etl")
 	groupID := fs.String("group", "", "group id")
 	input := fs.String("input", "", "input topic")
 	output := fs.String("output", "", "output topic")
@@ -235,13 +138,8 @@ func txnETL(args []string) error {
 		return err
 	}
 	log := newRequestLog()
-	// newClient's options: a GroupTransactSession builds its client itself.
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(strings.Split(*brokers, ",")...),
-		kgo.WithHooks(log),
-		kgo.ClientID("kiln-compat-franz-go"),
-		kgo.RequestTimeoutOverhead(15 * time.Second),
-		kgo.RetryTimeout(20 * time.Second),
+	// A GroupTransactSession builds its client itself.
+	s, err := kgo.NewGroupTransactSession(clientOpts(*brokers, log,
 		kgo.TransactionalID(*txnID),
 		kgo.ConsumerGroup(*groupID),
 		kgo.ConsumeTopics(*input),
@@ -250,14 +148,9 @@ func txnETL(args []string) error {
 		// A no-op in franz-go 1.22, which always asks OffsetFetch for stable offsets
 		// (KIP-447); kept so the program says what it relies on.
 		kgo.RequireStableFetchOffsets(),
-		kgo.FetchMaxWait(500 * time.Millisecond),
-		kgo.SessionTimeout(6 * time.Second),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-	}
-	if os.Getenv("FRANZ_GO_DEBUG") != "" {
-		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelDebug, nil)))
-	}
-	s, err := kgo.NewGroupTransactSession(opts...)
+		kgo.FetchMaxWait(500*time.Millisecond),
+		kgo.SessionTimeout(6*time.Second),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
 	if err != nil {
 		return err
 	}
@@ -282,13 +175,7 @@ func txnETL(args []string) error {
 		pollCtx, pollCancel := context.WithTimeout(ctx, time.Second)
 		fetches := s.PollRecords(pollCtx, *maxPoll)
 		pollCancel()
-		for _, fe := range fetches.Errors() {
-			if errors.Is(fe.Err, context.DeadlineExceeded) || errors.Is(fe.Err, context.Canceled) {
-				continue
-			}
-			emit("fetch_error", map[string]any{"topic": fe.Topic, "partition": fe.Partition,
-				"error": fe.Err.Error(), "error_code": errorCode(fe.Err)})
-		}
+		emitFetchErrors(fetches)
 		records := fetches.Records()
 		if len(records) == 0 {
 			continue
@@ -310,8 +197,7 @@ func txnETL(args []string) error {
 		emit("produced", map[string]any{"records": len(out), "inputs": inputs})
 		time.Sleep(time.Duration(*pauseMs) * time.Millisecond)
 		committed, err := s.End(ctx, kgo.TryCommit)
-		emit("ended", map[string]any{"records": len(out), "committed": committed,
-			"error": errText(err), "error_code": errorCode(err)})
+		emitOutcome("ended", map[string]any{"records": len(out), "committed": committed}, err)
 		if err != nil {
 			return fmt.Errorf("end: %w", err)
 		}
@@ -332,8 +218,7 @@ func txnETL(args []string) error {
 // a refusal is a result, not a failure of the run. Last, A does what franz-go documents
 // after a failed commit (abort), begins a new transaction and produces in it, if it can.
 func txnFence(args []string) error {
-	fs := flag.NewFlagSet("txn-fence", flag.ContinueOnError)
-	brokers := fs.String("brokers", "", "bootstrap servers")
+	fs, brokers := commandFlags("txn-fence")
 	topic := fs.String("topic", "", "topic")
 	txnID := fs.String("txn-id", "", "transactional id")
 	fencedAt := fs.String("fenced-at", "end", "end or produce: the zombie's next step")
@@ -344,15 +229,11 @@ func txnFence(args []string) error {
 		return fmt.Errorf("--fenced-at %q: end or produce", *fencedAt)
 	}
 	log := newRequestLog()
-	newTxnClient := func() (*kgo.Client, error) {
-		return newClient(*brokers, log, kgo.TransactionalID(*txnID),
-			kgo.DefaultProduceTopic(*topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	}
-	zombie, err := newTxnClient()
+	zombie, err := newTxnClient(*brokers, *topic, *txnID, log)
 	if err != nil {
 		return err
 	}
-	successor, err := newTxnClient()
+	successor, err := newTxnClient(*brokers, *topic, *txnID, log)
 	if err != nil {
 		zombie.Close()
 		return err
@@ -366,8 +247,7 @@ func txnFence(args []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	step := func(name string, err error) {
-		emit("step", map[string]any{"step": name, "error": errText(err),
-			"error_code": errorCode(err)})
+		emitOutcome("step", map[string]any{"step": name}, err)
 	}
 	produce := func(cl *kgo.Client, partition int32, value string) error {
 		return cl.ProduceSync(ctx, &kgo.Record{Partition: partition, Value: []byte(value)}).FirstErr()

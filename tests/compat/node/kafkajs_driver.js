@@ -29,11 +29,12 @@
  *          {op, ms, error}. Config resource types are given by name (TOPIC, BROKER).
  */
 
-const { Kafka, CompressionTypes, CompressionCodecs, ConfigResourceTypes, Partitioners,
-  logLevel } = require('kafkajs')
+const { CompressionTypes, CompressionCodecs, ConfigResourceTypes, Partitioners } =
+  require('kafkajs')
 const LZ4Codec = require('kafkajs-lz4')
 const SnappyCodec = require('kafkajs-snappy')
 const zstd = require('zstd-napi')
+const { print, client, describeError, runCommand } = require('./kafkajs_common')
 
 CompressionCodecs[CompressionTypes.Snappy] = SnappyCodec
 CompressionCodecs[CompressionTypes.LZ4] = new LZ4Codec().codec
@@ -51,54 +52,8 @@ const CODECS = {
   zstd: CompressionTypes.ZSTD
 }
 
-const print = object => process.stdout.write(JSON.stringify(object, bytesAsBase64) + '\n')
-
-function bytesAsBase64 (_key, value) {
-  if (value && value.type === 'Buffer' && Array.isArray(value.data)) {
-    return Buffer.from(value.data).toString('base64')
-  }
-  if (typeof value === 'bigint') return value.toString()
-  return value
-}
-
 const toBytes = text => (text === null || text === undefined ? null : Buffer.from(text, 'base64'))
 const fromBytes = data => (data === null || data === undefined ? null : data.toString('base64'))
-
-function stderrLogger () {
-  return ({ namespace, label, log }) => {
-    const { message, ...extra } = log
-    process.stderr.write(`${label} [${namespace}] ${message} ${JSON.stringify(extra)}\n`)
-  }
-}
-
-function client (spec, clientId) {
-  return new Kafka({
-    clientId,
-    brokers: spec.brokers,
-    logLevel: logLevel.WARN,
-    logCreator: stderrLogger,
-    // Bounded, so an answer that never comes fails within the test's timeout.
-    requestTimeout: 15000,
-    retry: { retries: 5, initialRetryTime: 100, maxRetryTime: 2000, ...(spec.retry || {}) }
-  })
-}
-
-function describeError (e) {
-  if (!(e instanceof Error)) return { message: String(e) }
-  const out = { name: e.name, message: e.message }
-  for (const key of ['type', 'code', 'retriable', 'topic', 'groupId']) {
-    if (e[key] !== undefined) out[key] = e[key]
-  }
-  if (Array.isArray(e.errors)) out.errors = e.errors.map(describeError)
-  if (Array.isArray(e.partitions)) {
-    out.partitions = e.partitions.map(p => ({ ...p, error: p.error && describeError(p.error) }))
-  }
-  if (Array.isArray(e.groups)) {
-    out.groups = e.groups.map(g => ({ ...g, error: g.error && describeError(g.error) }))
-  }
-  if (e.cause) out.cause = describeError(e.cause)
-  return out
-}
 
 function toHeaders (pairs) {
   const headers = {}
@@ -274,18 +229,4 @@ function withResourceTypes (arg) {
   }
 }
 
-async function main () {
-  const command = process.argv[2]
-  const chunks = []
-  for await (const chunk of process.stdin) chunks.push(chunk)
-  const spec = JSON.parse(Buffer.concat(chunks).toString('utf8') || '{}')
-  const commands = { produce, consume, admin }
-  if (!commands[command]) throw new Error(`unknown command ${command}`)
-  const failed = await commands[command](spec)
-  process.exitCode = failed ? 1 : 0
-}
-
-main().catch(e => {
-  print({ event: 'error', error: describeError(e) })
-  process.exitCode = 1
-})
+runCommand({ produce, consume, admin })

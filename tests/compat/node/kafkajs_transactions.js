@@ -4,7 +4,7 @@
  * `node kafkajs_transactions.js COMMAND` reads one JSON object on stdin and prints one JSON
  * object per line on stdout; kafkajs's own log goes to stderr. Exit code 0 when the command
  * ran to its end, 1 when kafkajs threw where no error was expected (printed as an `error`
- * line first). kafkajs is found as kafkajs_driver.js finds it: on NODE_PATH.
+ * line first). What it shares with kafkajs_driver.js is in kafkajs_common.js.
  *
  * Keys and values are UTF-8 strings here (null stays null): the transaction tests compare
  * which records are seen, not how bytes survive.
@@ -38,28 +38,7 @@
  *            committed offsets reach `until` ({partition: offset}), or at `timeoutMs`.
  */
 
-const { Kafka, logLevel } = require('kafkajs')
-
-const print = object => process.stdout.write(JSON.stringify(object) + '\n')
-
-function stderrLogger () {
-  return ({ namespace, label, log }) => {
-    const { message, ...extra } = log
-    process.stderr.write(`${label} [${namespace}] ${message} ${JSON.stringify(extra)}\n`)
-  }
-}
-
-function client (spec, clientId) {
-  return new Kafka({
-    clientId,
-    brokers: spec.brokers,
-    logLevel: logLevel.WARN,
-    logCreator: stderrLogger,
-    // Bounded, so an answer that never comes fails within the test's timeout.
-    requestTimeout: 15000,
-    retry: { retries: 5, initialRetryTime: 100, maxRetryTime: 2000 }
-  })
-}
+const { print, client, describeError, runCommand } = require('./kafkajs_common')
 
 function transactionalProducer (kafka, transactionalId) {
   // kafkajs's transactional producers must be idempotent with one request in flight.
@@ -72,17 +51,6 @@ function transactionalProducer (kafka, transactionalId) {
     maxInFlightRequests: 1,
     retry: { retries: 10, initialRetryTime: 100, maxRetryTime: 2000 }
   })
-}
-
-function describeError (e) {
-  if (!(e instanceof Error)) return { message: String(e) }
-  const out = { name: e.name, message: e.message }
-  for (const key of ['type', 'code', 'retriable']) {
-    if (e[key] !== undefined) out[key] = e[key]
-  }
-  if (Array.isArray(e.errors)) out.errors = e.errors.map(describeError)
-  if (e.cause) out.cause = describeError(e.cause)
-  return out
 }
 
 // kafkajs wraps a broker's error code (KafkaJSProtocolError, with `type`) in retry and
@@ -275,18 +243,4 @@ async function transform (spec) {
   return reason === 'crash'
 }
 
-async function main () {
-  const command = process.argv[2]
-  const chunks = []
-  for await (const chunk of process.stdin) chunks.push(chunk)
-  const spec = JSON.parse(Buffer.concat(chunks).toString('utf8') || '{}')
-  const commands = { script, read, transform }
-  if (!commands[command]) throw new Error(`unknown command ${command}`)
-  const failed = await commands[command](spec)
-  process.exitCode = failed ? 1 : 0
-}
-
-main().catch(e => {
-  print({ event: 'error', error: describeError(e) })
-  process.exitCode = 1
-})
+runCommand({ script, read, transform })
