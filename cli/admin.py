@@ -42,7 +42,7 @@ async def connect(settings: Settings) -> AsyncIterator[Stores]:
         try:
             await queue.ping()
         except StorageError as exc:
-            raise click.ClickException(f"cannot reach Redis at {settings.redis_url}: "
+            raise click.ClickException(f"cannot reach Redis at {settings.shown_redis_url}: "
                                        f"{exc.__cause__ or exc}") from exc
         topics = TopicRegistry(queue.redis)
         yield Stores(queue, topics, Delivery(queue, topics, SubscriptionRegistry(queue.redis),

@@ -201,11 +201,11 @@ class KilnApp:
         try:
             await self.queue.ping()
         except StorageError as exc:
-            raise StartupError(f"cannot reach Redis at {self.settings.redis_url}: "
+            raise StartupError(f"cannot reach Redis at {self.settings.shown_redis_url}: "
                                f"{exc.__cause__ or exc}") from exc
         risk = await eviction_risk(self.queue.redis)
         if risk is not None:
-            raise StartupError(f"{risk} (Redis at {self.settings.redis_url})")
+            raise StartupError(f"{risk} (Redis at {self.settings.shown_redis_url})")
         await self._register_node()
         try:
             await self.kafka.start()

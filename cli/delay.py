@@ -43,7 +43,7 @@ def explain(topic: str | None, as_json: bool, config_file: Path | None,
         where = f" for topic {topic!r}" if topic is not None else ""
         raise click.ClickException(
             f"no delay decisions published{where}: no Kiln process is running against "
-            f"{settings.redis_url}, or it has not seen the topic yet")
+            f"{settings.shown_redis_url}, or it has not seen the topic yet")
     now = wall_clock_ms()
     for report in reports:
         report["age_ms"] = now - report["at_ms"]

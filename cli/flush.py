@@ -74,7 +74,7 @@ async def _flush(settings: Settings, only_topic: str | None, timeout_s: float,
                  if s.flushed_offset < s.next_offset}
         if goals and not await _a_kiln_reports(stores):
             raise click.ClickException("no Kiln process is running against "
-                                       f"{settings.redis_url}: nothing can harden")
+                                       f"{settings.shown_redis_url}: nothing can harden")
         await request_flush(stores.queue.redis, goals)
         first = {tp: s for tp, s in zip(tps, before, strict=True) if tp in goals}
         try:
@@ -124,7 +124,8 @@ async def _drain(settings: Settings, timeout_s: float) -> tuple[bool, list[str]]
     async with connect(settings) as stores:
         nodes = sorted({r["node"] for r in await read_reports(stores.queue.redis)})
         if not nodes:
-            raise click.ClickException(f"no Kiln process is running against {settings.redis_url}")
+            raise click.ClickException("no Kiln process is running against "
+                                       f"{settings.shown_redis_url}")
         click.echo(f"asking {len(nodes)} Kiln process(es) to drain: {', '.join(nodes)}")
         await request_drain(stores.queue.redis, wall_clock_ms())
         deadline = time.monotonic() + timeout_s

@@ -183,7 +183,7 @@ async def _serve(settings: Settings) -> None:
         raise
     delay = (f"fixed {settings.harden_delay_ms} ms" if settings.delay_policy == "fixed" else
              f"adaptive {settings.min_delay_ms}..{settings.max_delay_ms} ms")
-    log.info("Kiln ready: redis=%s kafka=%s delay=%s", settings.redis_url,
+    log.info("Kiln ready: redis=%s kafka=%s delay=%s", settings.shown_redis_url,
              settings.kafka_bootstrap, delay)
     watcher = asyncio.create_task(app.watch_drain_requests(stop), name="kiln-drain-watch")
     try:

@@ -27,6 +27,7 @@ from storage.redis_pool import (
     SENTINEL_SCHEME,
     parse_cluster_url,
     parse_sentinel_url,
+    redact_url,
 )
 
 _LISTENER = ListenerLimits()  # the listener's defaults are its own
@@ -109,6 +110,11 @@ class Settings:
     @property
     def subscriptions(self) -> list[tuple[str, str]]:
         return parse_subscriptions(self.durable_subscriptions)
+
+    @property
+    def shown_redis_url(self) -> str:
+        """redis_url as logs and messages show it: without its password."""
+        return redact_url(self.redis_url)
 
     @property
     def listen_address(self) -> tuple[str, int]:
@@ -197,12 +203,12 @@ def _validate(settings: Settings) -> Settings:
         try:
             parse[scheme](settings.redis_url)
         except ValueError as exc:
-            raise SettingsError(f"redis_url: {exc}, got {settings.redis_url!r}") from None
+            raise SettingsError(f"redis_url: {exc}, got {settings.shown_redis_url!r}") from None
     elif not settings.redis_url.startswith(("redis://", "rediss://", "unix://")):
         raise SettingsError(f"redis_url: expected redis://HOST:PORT/DB, "
                             f"{SENTINEL_SCHEME}HOST:PORT/SERVICE or "
                             f"{CLUSTER_SCHEME}HOST:PORT[,HOST:PORT...], "
-                            f"got {settings.redis_url!r}")
+                            f"got {settings.shown_redis_url!r}")
     if settings.node_id < AUTO_NODE_ID:
         raise SettingsError(f"node_id: must be >= 0, or -1 for any free id, got "
                             f"{settings.node_id}")

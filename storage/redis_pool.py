@@ -26,6 +26,7 @@ only database 0.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, TypeAlias
 from urllib.parse import unquote, urlsplit
@@ -107,6 +108,19 @@ def _connect_through_sentinels(url: str, max_connections: int, wait_s: float
         service, manager, max_connections=max_connections, timeout=wait_s, db=db,
         password=password, decode_responses=False, **_retrying())
     return aioredis.Redis(connection_pool=pool)
+
+
+def redact_url(url: str) -> str:
+    """`url` as it may be shown (logs, errors, status): its password, in the userinfo or as a
+    `password` query parameter, replaced by `***`."""
+    netloc = urlsplit(url).netloc
+    if "@" in netloc:
+        userinfo, _, hosts = netloc.rpartition("@")
+        user, colon, _ = userinfo.partition(":")
+        url = url.replace(netloc, f"{user}{colon and ':***'}@{hosts}", 1)
+    head, question, query = url.partition("?")
+    return head + question + re.sub(r"(^|&)(password=)[^&]*", r"\1\2***", query,
+                                    flags=re.IGNORECASE)
 
 
 def parse_cluster_url(url: str) -> tuple[list[tuple[str, int]], str | None]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cli.settings import SettingsError, load_settings
-from storage.redis_pool import parse_cluster_url, parse_sentinel_url
+from storage.redis_pool import parse_cluster_url, parse_sentinel_url, redact_url
 
 
 def test_flags_beat_environment_beat_file(tmp_path: Path) -> None:
@@ -105,6 +105,28 @@ def test_a_bad_cluster_url_is_refused(url: str) -> None:
     # (a Redis Cluster has only database 0)
     with pytest.raises(SettingsError, match="redis_url"):
         load_settings(overrides={"redis_url": url}, environ={})
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+    ("redis://:s3cret@h:6379/0", "redis://:***@h:6379/0"),
+    ("rediss://kiln:s3cret@h:6379/1?ssl_cert_reqs=none",
+     "rediss://kiln:***@h:6379/1?ssl_cert_reqs=none"),
+    ("redis+sentinel://:s3cret@a:26379,b:26379/kiln", "redis+sentinel://:***@a:26379,b:26379/kiln"),
+    ("redis+cluster://u:s%40cret@a:7000,b:7001", "redis+cluster://u:***@a:7000,b:7001"),
+    ("redis://h:1/0?password=s3cret&db=1", "redis://h:1/0?password=***&db=1"),
+    ("unix:///run/redis.sock?password=s3cret", "unix:///run/redis.sock?password=***"),
+    ("redis://kiln@h:1/0", "redis://kiln@h:1/0"),
+])
+def test_the_redis_url_is_shown_without_its_password(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+
+
+def test_a_refused_redis_url_is_named_without_its_password() -> None:
+    with pytest.raises(SettingsError, match="redis_url") as refused:
+        load_settings(overrides={"redis_url": "redis+cluster://:s3cret@10.0.0.1:7000/2"},
+                      environ={})
+    assert "s3cret" not in str(refused.value) and ":***@" in str(refused.value)
 
 
 def test_default_partitions_are_kafkas_unless_given(tmp_path: Path) -> None:
