@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import ssl
+from pathlib import Path
 
-from cli.settings import Settings
+from cli.settings import SSL, Settings
 from proxy.context import KilnContext, ServerSettings
 from proxy.http_endpoints import HttpEndpoints
 from proxy.limits import ListenerLimits, ListenerMemory
 from proxy.listener import Listener
+from proxy.tls import TlsConfigError, TlsFiles, server_context
 from storage import faults
 from storage.acks import SettledWaiters
 from storage.appends import AppendSignals
@@ -155,8 +158,10 @@ class KilnApp:
             topic_configs=TopicConfigs(self.catalog, self.kafka),
             broker_configs=self._broker_configs(settings.node_id),
         )
-        listen_host, listen_port = settings.listen_address
-        self.listener = Listener(self.context, listen_host, listen_port)
+        listener = settings.listener
+        self.listener = Listener(self.context, listener.host, listener.port,
+                                 tls=_tls_context(settings),
+                                 tls_handshake_timeout_s=settings.tls_handshake_timeout_ms / 1000)
         # Metrics: collectors read, when scraped, what the parts count anyway.
         self.metrics.watch_hardener(self.hardener.counters)
         self.metrics.watch_buffer(BufferSnapshot(self.queue, self.catalog.registry))
@@ -373,3 +378,21 @@ def silent_after_ms(settings: Settings) -> int:
     applies: the node is dead first."""
     heartbeat = settings.node_heartbeat_ms
     return max(2 * heartbeat, heartbeat + 1_000)
+
+
+def _tls_context(settings: Settings) -> ssl.SSLContext | None:
+    """An SSL listener's server context (proxy/tls.py); None for PLAINTEXT."""
+    if settings.listener.protocol != SSL:
+        return None
+    password = None
+    if settings.ssl_key_password_file:
+        try:
+            password = Path(settings.ssl_key_password_file).read_text().rstrip("\r\n")
+        except OSError as exc:
+            raise StartupError(f"ssl_key_password_file: {exc}") from exc
+    try:
+        return server_context(TlsFiles(settings.ssl_certificate_file, settings.ssl_key_file,
+                                       password, settings.ssl_ca_file,
+                                       settings.ssl_client_auth))
+    except TlsConfigError as exc:
+        raise StartupError(f"SSL listener {settings.listener}: {exc}") from exc

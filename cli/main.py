@@ -30,6 +30,15 @@ log = logging.getLogger(__name__)
 
 _SERVE_OPTIONS = [
     click.option("--listen", help="HOST:PORT Kafka clients connect to [KILN_LISTEN]"),
+    click.option("--listeners", help="the Kafka listener as PROTOCOL://HOST:PORT, PLAINTEXT or "
+                 "SSL, instead of --listen [KILN_LISTENERS]"),
+    click.option("--ssl-certificate-file", help="an SSL listener's certificate chain (PEM) "
+                 "[KILN_SSL_CERTIFICATE_FILE]"),
+    click.option("--ssl-key-file", help="an SSL listener's private key (PEM) [KILN_SSL_KEY_FILE]"),
+    click.option("--ssl-ca-file", help="CAs (PEM) client certificates are checked against "
+                 "[KILN_SSL_CA_FILE]"),
+    click.option("--ssl-client-auth", type=click.Choice(["none", "requested", "required"]),
+                 help="ask SSL clients for a certificate [KILN_SSL_CLIENT_AUTH]"),
     click.option("--advertise", help="HOST:PORT given to clients in Metadata [KILN_ADVERTISE]"),
     click.option("--http-listen", help="HOST:PORT of /metrics, /healthz and /readyz; \"\" "
                  "turns them off; auto (default): the --listen port + 552 [KILN_HTTP_LISTEN]"),
@@ -128,7 +137,7 @@ def dev(config_file: Path | None, broker: str, **flags: Any) -> None:
     state = dev_state_file()
     shared = {"redis_url": redis.url, "kafka_bootstrap": local.bootstrap}
     click.echo(f"redis  {redis.url}\nkafka  {local.bootstrap} ({broker})\n"
-               f"kiln   {settings.listen}  (point your Kafka clients here; Ctrl-C stops all)")
+               f"kiln   {settings.listener}  (point your Kafka clients here; Ctrl-C stops all)")
     if state is not None:
         dev_instance.announce(state, shared)
         click.echo(f"other kiln commands use this instance while it runs ({state})")
@@ -155,7 +164,7 @@ def _run(settings: Settings, flags: dict[str, Any]) -> None:
     except (StartupError, StorageError) as exc:
         raise click.ClickException(str(exc)) from exc
     except OSError as exc:
-        raise click.ClickException(f"cannot listen on {settings.listen}: {exc}") from exc
+        raise click.ClickException(f"cannot listen on {settings.listener}: {exc}") from exc
 
 
 async def _serve(settings: Settings) -> None:

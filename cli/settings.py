@@ -42,6 +42,20 @@ class SettingsError(ValueError):
 class Settings:
     listen: str = "127.0.0.1:9092"
     advertise: str = ""  # defaults to `listen` (with 0.0.0.0 replaced by 127.0.0.1)
+    # The Kafka listener as on a Kafka broker, PROTOCOL://HOST:PORT, instead of `listen`:
+    # PLAINTEXT or SSL (one listener per process for now; docs/security-design.md). "":
+    # PLAINTEXT://`listen`.
+    listeners: str = ""
+    # An SSL listener's certificate chain and private key (PEM), the file holding the key's
+    # password if it is encrypted, and the CAs (PEM) client certificates are checked
+    # against when `ssl_client_auth` is "requested" or "required" ("none": not asked for).
+    ssl_certificate_file: str = ""
+    ssl_key_file: str = ""
+    ssl_key_password_file: str = ""
+    ssl_ca_file: str = ""
+    ssl_client_auth: str = "none"
+    # A client that has not finished its TLS handshake by then is disconnected.
+    tls_handshake_timeout_ms: int = 10_000
     # HOST:PORT of the HTTP endpoints /metrics, /healthz and /readyz; "" turns them off;
     # "auto": on `listen`'s host, at its port + 552 (9092: 9644, 9093: 9645; any free port
     # for port 0 or past 65535), so that several nodes on one host do not collide.
@@ -117,8 +131,16 @@ class Settings:
         return redact_url(self.redis_url)
 
     @property
+    def listener(self) -> Listener:
+        """The Kafka listener: `listeners`, else PLAINTEXT on `listen`."""
+        if not self.listeners:
+            return Listener(PLAINTEXT, *parse_host_port(self.listen, "listen"))
+        return parse_listener(self.listeners)
+
+    @property
     def listen_address(self) -> tuple[str, int]:
-        return parse_host_port(self.listen, "listen")
+        listener = self.listener
+        return listener.host, listener.port
 
     @property
     def advertised_address(self) -> tuple[str, int]:
@@ -134,6 +156,41 @@ class Settings:
             fits = 0 < port <= 65535 - HTTP_PORT_OFFSET
             return host, port + HTTP_PORT_OFFSET if fits else 0
         return parse_host_port(self.http_listen, "http_listen") if self.http_listen else None
+
+
+PLAINTEXT = "PLAINTEXT"
+SSL = "SSL"
+_PROTOCOLS = (PLAINTEXT, SSL)
+_LATER_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
+SSL_CLIENT_AUTH = ("none", "requested", "required")
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    protocol: str  # PLAINTEXT or SSL
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.protocol}://{host}:{self.port}"
+
+
+def parse_listener(text: str) -> Listener:
+    """`listeners` as Kafka writes it; one listener for now."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if len(items) != 1:
+        raise SettingsError(f"listeners: one PROTOCOL://HOST:PORT for now (several listeners "
+                            f"are not built yet), got {text!r}")
+    protocol, sep, address = items[0].partition("://")
+    if not sep:
+        raise SettingsError(f"listeners: expected PROTOCOL://HOST:PORT, got {items[0]!r}")
+    protocol = protocol.upper()
+    if protocol in _LATER_PROTOCOLS:
+        raise SettingsError(f"listeners: {protocol} is not built yet (SASL); PLAINTEXT or SSL")
+    if protocol not in _PROTOCOLS:
+        raise SettingsError(f"listeners: the protocol is PLAINTEXT or SSL, got {protocol!r}")
+    return Listener(protocol, *parse_host_port(address, "listeners"))
 
 
 _LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -190,7 +247,10 @@ _TYPES: dict[str, type] = {f.name: {"int": int, "bool": bool, "str": str}[str(f.
 
 
 def _validate(settings: Settings) -> Settings:
+    if settings.listeners and settings.listen != Settings().listen:
+        raise SettingsError("listeners and listen both name the Kafka listener: give one")
     settings.listen_address  # noqa: B018 - parses and raises on a bad value
+    _validate_tls(settings)
     settings.advertised_address  # noqa: B018
     settings.http_address  # noqa: B018
     try:
@@ -257,6 +317,23 @@ def _validate(settings: Settings) -> Settings:
         raise SettingsError(f"log_level: one of {', '.join(_LOG_LEVELS)}, got "
                             f"{settings.log_level!r}")
     return settings
+
+
+def _validate_tls(settings: Settings) -> None:
+    if settings.ssl_client_auth not in SSL_CLIENT_AUTH:
+        raise SettingsError(f"ssl_client_auth: one of {', '.join(SSL_CLIENT_AUTH)}, got "
+                            f"{settings.ssl_client_auth!r}")
+    if settings.tls_handshake_timeout_ms < 1:
+        raise SettingsError("tls_handshake_timeout_ms: must be >= 1, got "
+                            f"{settings.tls_handshake_timeout_ms}")
+    if settings.listener.protocol != SSL:
+        return
+    for key in ("ssl_certificate_file", "ssl_key_file"):
+        if not getattr(settings, key):
+            raise SettingsError(f"{key}: an SSL listener needs it ({settings.listener})")
+    if settings.ssl_client_auth != "none" and not settings.ssl_ca_file:
+        raise SettingsError(f"ssl_ca_file: ssl_client_auth = {settings.ssl_client_auth} "
+                            "needs the CAs client certificates are checked against")
 
 
 def load_settings(config_file: Path | None = None, overrides: Mapping[str, Any] | None = None,

@@ -19,6 +19,7 @@ so none is left running unsupervised.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import logging
 import os
 import signal
@@ -54,8 +55,13 @@ def default_workers() -> int:
 
 def worker_flags(settings: Settings, index: int) -> list[str]:
     """The flags that make worker `index` a node of its own beside the others."""
-    host, port = settings.listen_address
-    flags = ["--workers", "1", "--listen", f"{host}:{_shifted(port, index)}"]
+    listener = settings.listener
+    shifted = dataclasses.replace(listener, port=_shifted(listener.port, index))
+    flags = ["--workers", "1"]
+    if settings.listeners:
+        flags += ["--listeners", str(shifted)]
+    else:
+        flags += ["--listen", f"{shifted.host}:{shifted.port}"]
     if settings.advertise:
         advertised_host, advertised_port = settings.advertised_address
         flags += ["--advertise", f"{advertised_host}:{_shifted(advertised_port, index)}"]

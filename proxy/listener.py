@@ -1,9 +1,15 @@
-"""The TCP listener: accepts Kafka clients and hands each to a Connection."""
+"""The Kafka listener: accepts Kafka clients (over TLS for an SSL listener) and hands each to
+a Connection.
+
+An SSL listener finishes the TLS handshake before a connection is counted against the
+connection limits; a handshake not done within its timeout is dropped.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 
 from proxy.connection import Connection
 from proxy.context import KilnContext
@@ -13,10 +19,14 @@ log = logging.getLogger(__name__)
 
 
 class Listener:
-    def __init__(self, ctx: KilnContext, host: str, port: int) -> None:
+    def __init__(self, ctx: KilnContext, host: str, port: int, *,
+                 tls: ssl.SSLContext | None = None, tls_handshake_timeout_s: float = 10.0
+                 ) -> None:
         self._ctx = ctx
         self._host = host
         self._port = port
+        self._tls = tls
+        self._tls_handshake_timeout_s = tls_handshake_timeout_s
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[None], Connection] = {}
         self._slots = ConnectionSlots(ctx.memory.limits)
@@ -33,9 +43,11 @@ class Listener:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, self._host, self._port,
-                                                  limit=2**20)
-        log.info("Kiln listening on %s:%d", self._host, self.port)
+        self._server = await asyncio.start_server(
+            self._accept, self._host, self._port, limit=2**20, ssl=self._tls,
+            ssl_handshake_timeout=None if self._tls is None else self._tls_handshake_timeout_s)
+        log.info("Kiln listening on %s://%s:%d", "PLAINTEXT" if self._tls is None else "SSL",
+                 self._host, self.port)
 
     async def stop_accepting(self) -> None:
         self._accepting = False

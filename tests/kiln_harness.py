@@ -89,11 +89,13 @@ async def _print_stuck_tasks() -> None:
 
 def start_kiln(redis_url: str, kafka_bootstrap: str, **overrides: Any) -> RunningKiln:
     """Kiln in this process; a fixed 200 ms delay unless the test chooses otherwise."""
-    values = {"listen": "127.0.0.1:0", "redis_url": redis_url,
+    values = {"redis_url": redis_url,
               "kafka_bootstrap": kafka_bootstrap, "harden_delay_ms": 200,
               "delay_policy": "fixed",
               # Port 0: several test Kilns (and test sessions) must not share one HTTP port.
               "http_listen": "127.0.0.1:0", **overrides}
+    if "listeners" not in values:
+        values["listen"] = "127.0.0.1:0"
     return RunningKiln(load_settings(overrides=values, environ={}))
 
 

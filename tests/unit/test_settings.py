@@ -129,6 +129,33 @@ def test_a_refused_redis_url_is_named_without_its_password() -> None:
     assert "s3cret" not in str(refused.value) and ":***@" in str(refused.value)
 
 
+def test_a_listener_is_named_as_on_a_kafka_broker() -> None:
+    tls = {"ssl_certificate_file": "server.pem", "ssl_key_file": "server.key"}
+    listener = load_settings(overrides={"listeners": "ssl://0.0.0.0:9093", **tls},
+                             environ={})
+    assert str(listener.listener) == "SSL://0.0.0.0:9093"
+    assert listener.listen_address == ("0.0.0.0", 9093)
+    assert listener.advertised_address == ("127.0.0.1", 9093)
+    assert str(load_settings(environ={}).listener) == "PLAINTEXT://127.0.0.1:9092"
+
+
+@pytest.mark.parametrize(("overrides", "refusal"), [
+    ({"listeners": "PLAINTEXT://h:1,SSL://h:2"}, "one PROTOCOL://HOST:PORT for now"),
+    ({"listeners": "SASL_SSL://h:1"}, "SASL_SSL is not built yet"),
+    ({"listeners": "HTTP://h:1"}, "PLAINTEXT or SSL, got 'HTTP'"),
+    ({"listeners": "h:1"}, "expected PROTOCOL://HOST:PORT"),
+    ({"listeners": "PLAINTEXT://h:1", "listen": "h:2"}, "listeners and listen both"),
+    ({"listeners": "SSL://h:1"}, "ssl_certificate_file: an SSL listener needs it"),
+    ({"listeners": "SSL://h:1", "ssl_certificate_file": "c", "ssl_key_file": "k",
+      "ssl_client_auth": "required"}, "ssl_ca_file: ssl_client_auth = required needs"),
+    ({"ssl_client_auth": "maybe"}, "ssl_client_auth: one of none, requested, required"),
+])
+def test_a_bad_listener_is_refused_naming_what_is_wrong(overrides: dict[str, str],
+                                                       refusal: str) -> None:
+    with pytest.raises(SettingsError, match=refusal):
+        load_settings(overrides=overrides, environ={})
+
+
 def test_default_partitions_are_kafkas_unless_given(tmp_path: Path) -> None:
     config = tmp_path / "kiln.toml"
     config.write_text('default_partitions = "kafka"\n')

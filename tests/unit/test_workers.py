@@ -61,6 +61,14 @@ def test_each_worker_is_a_node_of_its_own_on_the_next_ports() -> None:
         == ["--workers", "1", "--listen", "127.0.0.1:0"]
 
 
+def test_a_worker_of_an_ssl_listener_gets_the_listener_on_its_port() -> None:
+    settings = load_settings(overrides={
+        "listeners": "SSL://0.0.0.0:9093", "ssl_certificate_file": "server.pem",
+        "ssl_key_file": "server.key"}, environ={})
+
+    assert worker_flags(settings, 2) == ["--workers", "1", "--listeners", "SSL://0.0.0.0:9095"]
+
+
 def test_the_flags_given_are_passed_on_and_unset_ones_left_to_the_worker() -> None:
     flags = command_flags(serve, {"listen": "127.0.0.1:9092", "log_json": True,
                                   "redis_url": None, "config_file": Path("kiln.toml"),
