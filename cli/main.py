@@ -41,7 +41,7 @@ _SERVE_OPTIONS = [
                  help="ask SSL clients for a certificate [KILN_SSL_CLIENT_AUTH]"),
     click.option("--advertise", help="HOST:PORT given to clients in Metadata [KILN_ADVERTISE]"),
     click.option("--http-listen", help="HOST:PORT of /metrics, /healthz and /readyz; \"\" "
-                 "turns them off; auto (default): the --listen port + 552 [KILN_HTTP_LISTEN]"),
+                 "turns them off; auto (default): 127.0.0.1, the Kafka port + 552 [KILN_HTTP_LISTEN]"),
     click.option("--node-id", type=int, help="this node's id, unique among live nodes; -1 "
                  "(default): the one this address had, else the lowest free [KILN_NODE_ID]"),
     click.option("--node-heartbeat-ms", type=int,

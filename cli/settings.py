@@ -57,8 +57,10 @@ class Settings:
     # A client that has not finished its TLS handshake by then is disconnected.
     tls_handshake_timeout_ms: int = 10_000
     # HOST:PORT of the HTTP endpoints /metrics, /healthz and /readyz; "" turns them off;
-    # "auto": on `listen`'s host, at its port + 552 (9092: 9644, 9093: 9645; any free port
-    # for port 0 or past 65535), so that several nodes on one host do not collide.
+    # "auto": on loopback (whatever the Kafka listener's host: the endpoints are for the
+    # machine's own scraper unless an address says otherwise), at the Kafka port + 552
+    # (9092: 9644, 9093: 9645; any free port for port 0 or past 65535), so that several
+    # nodes on one host do not collide.
     http_listen: str = "auto"
     redis_url: str = "redis://127.0.0.1:6379/0"
     kafka_bootstrap: str = "127.0.0.1:9093"
@@ -152,9 +154,9 @@ class Settings:
     @property
     def http_address(self) -> tuple[str, int] | None:
         if self.http_listen == "auto":
-            host, port = self.listen_address
+            _, port = self.listen_address
             fits = 0 < port <= 65535 - HTTP_PORT_OFFSET
-            return host, port + HTTP_PORT_OFFSET if fits else 0
+            return "127.0.0.1", port + HTTP_PORT_OFFSET if fits else 0
         return parse_host_port(self.http_listen, "http_listen") if self.http_listen else None
 
 

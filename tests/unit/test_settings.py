@@ -173,7 +173,9 @@ def test_default_partitions_are_kafkas_unless_given(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("listen", "http"), [
     ("127.0.0.1:9092", ("127.0.0.1", 9644)),  # the documented default pair
-    ("0.0.0.0:9093", ("0.0.0.0", 9645)),  # a second node on the host: the next port
+    # a second node on the host: the next port; on loopback, whatever the Kafka host
+    ("0.0.0.0:9093", ("127.0.0.1", 9645)),
+    ("10.1.2.3:9092", ("127.0.0.1", 9644)),
     ("127.0.0.1:0", ("127.0.0.1", 0)),  # any free port, as the Kafka listener
     ("127.0.0.1:65000", ("127.0.0.1", 0)),  # + 552 is no port: any free one
 ])
