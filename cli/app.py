@@ -11,7 +11,7 @@ from pathlib import Path
 from cli.settings import SSL, Settings
 from proxy.context import KilnContext, ServerSettings
 from proxy.http_endpoints import HttpEndpoints
-from proxy.limits import ListenerLimits, ListenerMemory
+from proxy.limits import ConnectionSlots, ListenerLimits, ListenerMemory
 from proxy.listener import Listener
 from proxy.tls import TlsConfigError, TlsFiles, server_context
 from storage import faults
@@ -148,7 +148,8 @@ class KilnApp:
         self.context = KilnContext(
             settings=ServerSettings(node_id=settings.node_id, advertised_host=host,
                                     advertised_port=port,
-                                    max_frame_bytes=settings.max_frame_bytes),
+                                    max_frame_bytes=settings.max_frame_bytes,
+                                    advertised_listeners=_advertised(settings)),
             log=TieredLog(self.queue, self.cold, self.catalog.starts, self.waiters,
                           self.budget, self.delay, self.metrics, appends, self.leadership),
             topics=self.catalog, groups=self.groups, cluster=self.leadership,
@@ -158,10 +159,14 @@ class KilnApp:
             topic_configs=TopicConfigs(self.catalog, self.kafka),
             broker_configs=self._broker_configs(settings.node_id),
         )
-        listener = settings.listener
-        self.listener = Listener(self.context, listener.host, listener.port,
-                                 tls=_tls_context(settings),
-                                 tls_handshake_timeout_s=settings.tls_handshake_timeout_ms / 1000)
+        tls = _tls_context(settings)
+        slots = ConnectionSlots(self.context.memory.limits)
+        self.listeners = [
+            Listener(self.context, listener.host, listener.port, name=listener.name,
+                     tls=tls if listener.protocol == SSL else None,
+                     tls_handshake_timeout_s=settings.tls_handshake_timeout_ms / 1000,
+                     slots=slots)
+            for listener in settings.kafka_listeners]
         # Metrics: collectors read, when scraped, what the parts count anyway.
         self.metrics.watch_hardener(self.hardener.counters)
         self.metrics.watch_buffer(BufferSnapshot(self.queue, self.catalog.registry))
@@ -193,7 +198,12 @@ class KilnApp:
 
     @property
     def port(self) -> int:
-        return self.listener.port
+        """The first listener's bound port."""
+        return self.listeners[0].port
+
+    def listener_port(self, name: str) -> int:
+        """The bound port of the listener named `name` (as in `listeners`)."""
+        return next(listener.port for listener in self.listeners if listener.name == name)
 
     @property
     def http_port(self) -> int:
@@ -236,15 +246,25 @@ class KilnApp:
             except OSError as exc:
                 raise StartupError(f"cannot listen on {self.settings.http_listen} "
                                    f"(http_listen): {exc}") from exc
-        await self.listener.start()
-        if self.settings.advertise == "" and self.settings.listen_address[1] == 0:
-            # Listening on port 0 (tests): advertise the port actually bound.
-            self.context.settings = dataclasses.replace(self.context.settings,
-                                                        advertised_port=self.port)
+        for listener in self.listeners:
+            await listener.start()
+        self._advertise_bound_ports()
         served = self.context.settings
-        self.membership.bound(served.advertised_host, served.advertised_port, self._http_text())
+        self.membership.bound(served.advertised_host, served.advertised_port, self._http_text(),
+                              served.advertised_listeners)
         await self.membership.heartbeat()
         self.membership.start()
+
+    def _advertise_bound_ports(self) -> None:
+        """Listeners on port 0 (tests) advertised as such are advertised at the port they
+        bound."""
+        bound = {listener.name: listener.port for listener in self.listeners}
+        advertised = tuple((name, host, bound[name] if port == 0 else port)
+                           for name, host, port in self.context.settings.advertised_listeners)
+        first = advertised[0]
+        self.context.settings = dataclasses.replace(
+            self.context.settings, advertised_listeners=advertised, advertised_host=first[1],
+            advertised_port=first[2])
 
     async def _kafka_hardens_transactions(self) -> bool:
         """Whether the hardened store is an Apache Kafka broker (KRaft: it finalizes
@@ -272,7 +292,8 @@ class KilnApp:
         """Take this node's id (storage/nodes.py) before anything is told to clients."""
         host, port = self.settings.advertised_address
         try:
-            node_id = await self.membership.register(self.settings.node_id, host, port)
+            node_id = await self.membership.register(self.settings.node_id, host, port,
+                                                     listeners=_advertised(self.settings))
         except NodeIdTaken as exc:
             raise StartupError(f"node_id: {exc.message}") from exc
         except StorageError as exc:
@@ -313,13 +334,17 @@ class KilnApp:
         """Planned shutdown: stop accepting connections and reading requests (those being
         handled finish), harden every buffered persistent record, then let the connections
         write the answers they owe (assured produces settle with the flush)."""
-        await self.listener.stop_accepting()
-        connections = await self.listener.stop_reading(timeout_s=_REQUESTS_FINISH_S)
+        for listener in self.listeners:
+            await listener.stop_accepting()
+        connections = sum(await asyncio.gather(*(
+            listener.stop_reading(timeout_s=_REQUESTS_FINISH_S) for listener in self.listeners)))
         log.info("drain: %d connections read no more requests; hardening", connections)
         hardened = await self.hardener.flush(timeout_s=timeout_s)
         if not hardened:
             log.error("drain: not everything could be hardened within %.0fs", timeout_s)
-        if not await self.listener.answers_sent(timeout_s=_ANSWERS_SENT_S):
+        sent = await asyncio.gather(*(listener.answers_sent(timeout_s=_ANSWERS_SENT_S)
+                                      for listener in self.listeners))
+        if not all(sent):
             log.warning("drain: some clients did not take their answers within %.0fs",
                         _ANSWERS_SENT_S)
         return hardened
@@ -330,7 +355,8 @@ class KilnApp:
             await self.http.close()
         await self.readiness.close()
         await self.probe_kafka.close()
-        await self.listener.close()
+        for listener in self.listeners:
+            await listener.close()
         await self.groups.stop()
         if self.transactions is not None:
             await self.transactions.stop()
@@ -380,9 +406,16 @@ def silent_after_ms(settings: Settings) -> int:
     return max(2 * heartbeat, heartbeat + 1_000)
 
 
+def _advertised(settings: Settings) -> tuple[tuple[str, str, int], ...]:
+    """(listener name, host, port) clients of each listener are given, in `listeners`'
+    order (port 0: the one the listener binds, filled in once bound)."""
+    return tuple((name, host, port)
+                 for name, (host, port) in settings.advertised_listener_addresses.items())
+
+
 def _tls_context(settings: Settings) -> ssl.SSLContext | None:
-    """An SSL listener's server context (proxy/tls.py); None for PLAINTEXT."""
-    if settings.listener.protocol != SSL:
+    """The SSL listeners' server context (proxy/tls.py); None without any."""
+    if all(listener.protocol != SSL for listener in settings.kafka_listeners):
         return None
     password = None
     if settings.ssl_key_password_file:
@@ -395,4 +428,4 @@ def _tls_context(settings: Settings) -> ssl.SSLContext | None:
                                        password, settings.ssl_ca_file,
                                        settings.ssl_client_auth))
     except TlsConfigError as exc:
-        raise StartupError(f"SSL listener {settings.listener}: {exc}") from exc
+        raise StartupError(f"SSL listener: {exc}") from exc

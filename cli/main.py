@@ -30,8 +30,10 @@ log = logging.getLogger(__name__)
 
 _SERVE_OPTIONS = [
     click.option("--listen", help="HOST:PORT Kafka clients connect to [KILN_LISTEN]"),
-    click.option("--listeners", help="the Kafka listener as PROTOCOL://HOST:PORT, PLAINTEXT or "
-                 "SSL, instead of --listen [KILN_LISTENERS]"),
+    click.option("--listeners", help="the Kafka listeners as NAME://HOST:PORT,..., each "
+                 "PLAINTEXT or SSL, instead of --listen [KILN_LISTENERS]"),
+    click.option("--advertised-listeners", help="NAME://HOST:PORT,...: the addresses given to "
+                 "clients of each listener [KILN_ADVERTISED_LISTENERS]"),
     click.option("--ssl-certificate-file", help="an SSL listener's certificate chain (PEM) "
                  "[KILN_SSL_CERTIFICATE_FILE]"),
     click.option("--ssl-key-file", help="an SSL listener's private key (PEM) [KILN_SSL_KEY_FILE]"),
@@ -41,7 +43,8 @@ _SERVE_OPTIONS = [
                  help="ask SSL clients for a certificate [KILN_SSL_CLIENT_AUTH]"),
     click.option("--advertise", help="HOST:PORT given to clients in Metadata [KILN_ADVERTISE]"),
     click.option("--http-listen", help="HOST:PORT of /metrics, /healthz and /readyz; \"\" "
-                 "turns them off; auto (default): 127.0.0.1, the Kafka port + 552 [KILN_HTTP_LISTEN]"),
+                 "turns them off; auto (default): 127.0.0.1, the Kafka port + 552 "
+                 "[KILN_HTTP_LISTEN]"),
     click.option("--node-id", type=int, help="this node's id, unique among live nodes; -1 "
                  "(default): the one this address had, else the lowest free [KILN_NODE_ID]"),
     click.option("--node-heartbeat-ms", type=int,

@@ -42,10 +42,14 @@ class SettingsError(ValueError):
 class Settings:
     listen: str = "127.0.0.1:9092"
     advertise: str = ""  # defaults to `listen` (with 0.0.0.0 replaced by 127.0.0.1)
-    # The Kafka listener as on a Kafka broker, PROTOCOL://HOST:PORT, instead of `listen`:
-    # PLAINTEXT or SSL (one listener per process for now; docs/security-design.md). "":
-    # PLAINTEXT://`listen`.
+    # The Kafka listeners as on a Kafka broker, NAME://HOST:PORT,..., instead of `listen`:
+    # each name's protocol, PLAINTEXT or SSL, from `listener_security_protocol_map` (the
+    # protocol names map to themselves). "": PLAINTEXT://`listen`. `advertised_listeners`,
+    # the same names: the addresses Metadata gives clients that came in on each (default:
+    # the listener's own, 0.0.0.0 as 127.0.0.1).
     listeners: str = ""
+    advertised_listeners: str = ""
+    listener_security_protocol_map: str = ""
     # An SSL listener's certificate chain and private key (PEM), the file holding the key's
     # password if it is encrypted, and the CAs (PEM) client certificates are checked
     # against when `ssl_client_auth` is "requested" or "required" ("none": not asked for).
@@ -133,11 +137,17 @@ class Settings:
         return redact_url(self.redis_url)
 
     @property
-    def listener(self) -> Listener:
-        """The Kafka listener: `listeners`, else PLAINTEXT on `listen`."""
+    def kafka_listeners(self) -> list[Listener]:
+        """The Kafka listeners: `listeners`, else PLAINTEXT on `listen`."""
         if not self.listeners:
-            return Listener(PLAINTEXT, *parse_host_port(self.listen, "listen"))
-        return parse_listener(self.listeners)
+            return [Listener(PLAINTEXT, PLAINTEXT, *parse_host_port(self.listen, "listen"))]
+        return parse_listeners(self.listeners,
+                               parse_protocol_map(self.listener_security_protocol_map))
+
+    @property
+    def listener(self) -> Listener:
+        """The first listener: its port places the HTTP endpoints and the workers."""
+        return self.kafka_listeners[0]
 
     @property
     def listen_address(self) -> tuple[str, int]:
@@ -145,11 +155,19 @@ class Settings:
         return listener.host, listener.port
 
     @property
-    def advertised_address(self) -> tuple[str, int]:
+    def advertised_listener_addresses(self) -> dict[str, tuple[str, int]]:
+        """Per listener name, the address Metadata gives clients that came in on it."""
+        own = {listener.name: (_reachable(listener.host), listener.port)
+               for listener in self.kafka_listeners}
         if self.advertise:
-            return parse_host_port(self.advertise, "advertise")
-        host, port = self.listen_address
-        return ("127.0.0.1" if host in ("0.0.0.0", "", "::") else host), port
+            own[self.listener.name] = parse_host_port(self.advertise, "advertise")
+        own.update(parse_advertised(self.advertised_listeners, own))
+        return own
+
+    @property
+    def advertised_address(self) -> tuple[str, int]:
+        """The first listener's advertised address: the node's own name for itself."""
+        return self.advertised_listener_addresses[self.listener.name]
 
     @property
     def http_address(self) -> tuple[str, int] | None:
@@ -169,30 +187,85 @@ SSL_CLIENT_AUTH = ("none", "requested", "required")
 
 @dataclass(frozen=True, slots=True)
 class Listener:
+    name: str  # as in `listeners`, upper case
     protocol: str  # PLAINTEXT or SSL
     host: str
     port: int
 
     def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.protocol}://{host}:{self.port}"
+        return f"{self.name}://{_host_port(self.host, self.port)}"
 
 
-def parse_listener(text: str) -> Listener:
-    """`listeners` as Kafka writes it; one listener for now."""
-    items = [item.strip() for item in text.split(",") if item.strip()]
-    if len(items) != 1:
-        raise SettingsError(f"listeners: one PROTOCOL://HOST:PORT for now (several listeners "
-                            f"are not built yet), got {text!r}")
-    protocol, sep, address = items[0].partition("://")
-    if not sep:
-        raise SettingsError(f"listeners: expected PROTOCOL://HOST:PORT, got {items[0]!r}")
-    protocol = protocol.upper()
-    if protocol in _LATER_PROTOCOLS:
-        raise SettingsError(f"listeners: {protocol} is not built yet (SASL); PLAINTEXT or SSL")
-    if protocol not in _PROTOCOLS:
-        raise SettingsError(f"listeners: the protocol is PLAINTEXT or SSL, got {protocol!r}")
-    return Listener(protocol, *parse_host_port(address, "listeners"))
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _reachable(host: str) -> str:
+    """A listener's host as clients are told it: every interface as loopback."""
+    return "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+
+
+def _named_addresses(text: str, key: str) -> list[tuple[str, str, int]]:
+    """NAME://HOST:PORT,... as (NAME, host, port), names upper case and each once."""
+    out: list[tuple[str, str, int]] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, sep, address = item.partition("://")
+        if not sep or not name:
+            raise SettingsError(f"{key}: expected NAME://HOST:PORT, got {item!r}")
+        if any(name.upper() == seen for seen, _, _ in out):
+            raise SettingsError(f"{key}: {name.upper()} given twice")
+        out.append((name.upper(), *parse_host_port(address, key)))
+    return out
+
+
+def parse_protocol_map(text: str) -> dict[str, str]:
+    """`listener_security_protocol_map`: NAME:PROTOCOL,... (Kafka's syntax)."""
+    mapping = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, sep, protocol = item.partition(":")
+        if not sep or not name or not protocol:
+            raise SettingsError("listener_security_protocol_map: expected NAME:PROTOCOL, got "
+                                f"{item!r}")
+        mapping[name.strip().upper()] = protocol.strip().upper()
+    return mapping
+
+
+def parse_listeners(text: str, protocols: Mapping[str, str]) -> list[Listener]:
+    """`listeners` as Kafka writes it, each name's protocol from `protocols` (a protocol's
+    own name stands for itself)."""
+    listeners: list[Listener] = []
+    for name, host, port in _named_addresses(text, "listeners"):
+        protocol = protocols.get(name, name)
+        if protocol in _LATER_PROTOCOLS:
+            raise SettingsError(f"listeners: {name} is {protocol}, not built yet (SASL); "
+                                "PLAINTEXT or SSL")
+        if protocol not in _PROTOCOLS:
+            raise SettingsError(f"listeners: {name} has no protocol: PLAINTEXT or SSL, by its "
+                                "name or in listener_security_protocol_map")
+        taken = [other for other in listeners if (other.host, other.port) == (host, port)]
+        if port and taken:
+            raise SettingsError(f"listeners: {name} and {taken[0].name} both on "
+                                f"{_host_port(host, port)}")
+        listeners.append(Listener(name, protocol, host, port))
+    if not listeners:
+        raise SettingsError(f"listeners: expected NAME://HOST:PORT,..., got {text!r}")
+    return listeners
+
+
+def parse_advertised(text: str, listeners: Mapping[str, tuple[str, int]]
+                     ) -> dict[str, tuple[str, int]]:
+    """`advertised_listeners`: NAME://HOST:PORT,... for names among `listeners`."""
+    advertised = {}
+    for name, host, port in _named_addresses(text, "advertised_listeners"):
+        if name not in listeners:
+            raise SettingsError(f"advertised_listeners: {name} is not in listeners "
+                                f"({', '.join(listeners)})")
+        advertised[name] = (host, port)
+    return advertised
 
 
 _LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -251,6 +324,12 @@ _TYPES: dict[str, type] = {f.name: {"int": int, "bool": bool, "str": str}[str(f.
 def _validate(settings: Settings) -> Settings:
     if settings.listeners and settings.listen != Settings().listen:
         raise SettingsError("listeners and listen both name the Kafka listener: give one")
+    if settings.advertise and settings.listeners:
+        raise SettingsError("advertise goes with listen; with listeners, give "
+                            "advertised_listeners")
+    if settings.advertised_listeners and not settings.listeners:
+        raise SettingsError("advertised_listeners goes with listeners; with listen, give "
+                            "advertise")
     settings.listen_address  # noqa: B018 - parses and raises on a bad value
     _validate_tls(settings)
     settings.advertised_address  # noqa: B018
@@ -328,11 +407,12 @@ def _validate_tls(settings: Settings) -> None:
     if settings.tls_handshake_timeout_ms < 1:
         raise SettingsError("tls_handshake_timeout_ms: must be >= 1, got "
                             f"{settings.tls_handshake_timeout_ms}")
-    if settings.listener.protocol != SSL:
+    secure = [listener for listener in settings.kafka_listeners if listener.protocol == SSL]
+    if not secure:
         return
     for key in ("ssl_certificate_file", "ssl_key_file"):
         if not getattr(settings, key):
-            raise SettingsError(f"{key}: an SSL listener needs it ({settings.listener})")
+            raise SettingsError(f"{key}: an SSL listener needs it ({secure[0]})")
     if settings.ssl_client_auth != "none" and not settings.ssl_ca_file:
         raise SettingsError(f"ssl_ca_file: ssl_client_auth = {settings.ssl_client_auth} "
                             "needs the CAs client certificates are checked against")

@@ -3,7 +3,8 @@
 A Kiln node is one event loop on one core; a machine's other cores are used by running more
 nodes (storage/nodes.py), which clients are routed across as across Kafka brokers
 (storage/leadership.py). Worker i is `kiln serve --workers 1` on the `listen` port + i,
-advertised at the advertised port + i, with its HTTP endpoints at its own port + 552 (`auto`)
+advertised at the advertised port + i (with n `listeners`, each listener's port and
+advertised port + i·n), with its HTTP endpoints at its own port + 552 (`auto`)
 or at the configured HTTP port + i, and node id `node_id` + i when one is configured. Clients
 need only one worker's address: Metadata names the others.
 
@@ -55,13 +56,20 @@ def default_workers() -> int:
 
 def worker_flags(settings: Settings, index: int) -> list[str]:
     """The flags that make worker `index` a node of its own beside the others."""
-    listener = settings.listener
-    shifted = dataclasses.replace(listener, port=_shifted(listener.port, index))
+    # With several listeners, each worker takes the next block of as many ports.
+    step = index * len(settings.kafka_listeners)
     flags = ["--workers", "1"]
     if settings.listeners:
-        flags += ["--listeners", str(shifted)]
+        flags += ["--listeners", ",".join(
+            str(dataclasses.replace(listener, port=_shifted(listener.port, step)))
+            for listener in settings.kafka_listeners)]
+        if settings.advertised_listeners:
+            flags += ["--advertised-listeners", ",".join(
+                f"{name}://{host}:{_shifted(port, step)}"
+                for name, (host, port) in settings.advertised_listener_addresses.items())]
     else:
-        flags += ["--listen", f"{shifted.host}:{shifted.port}"]
+        host, port = settings.listen_address
+        flags += ["--listen", f"{host}:{_shifted(port, step)}"]
     if settings.advertise:
         advertised_host, advertised_port = settings.advertised_address
         flags += ["--advertise", f"{advertised_host}:{_shifted(advertised_port, index)}"]
@@ -219,4 +227,5 @@ def worker_commands(settings: Settings, flags: list[str], workers: int
     supervisor was given and those of the worker's own) and the address it listens at."""
     host, port = settings.listen_address
     return [([sys.executable, "-m", "cli", "serve", *flags, *worker_flags(settings, i)],
-             (host, _shifted(port, i))) for i in range(workers)]
+             (host, _shifted(port, i * len(settings.kafka_listeners))))
+            for i in range(workers)]

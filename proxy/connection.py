@@ -27,7 +27,7 @@ import time
 from proxy.context import KilnContext
 from proxy.dispatch import dispatch
 from proxy.handlers import api_versions
-from proxy.peer import CLIENT_HOST, client_host_of
+from proxy.peer import CLIENT_HOST, LISTENER_NAME, client_host_of
 from proxy.request_metrics import observe_request
 from wire import apis
 from wire.apis import ApiKey, UnsupportedRequest
@@ -40,8 +40,9 @@ _SIZE = struct.Struct(">i")
 
 class Connection:
     def __init__(self, ctx: KilnContext, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
+                 writer: asyncio.StreamWriter, listener_name: str = "") -> None:
         self._ctx = ctx
+        self._listener_name = listener_name
         self._reader = reader
         self._writer = writer
         self._memory = ctx.memory
@@ -57,6 +58,7 @@ class Connection:
     async def serve(self) -> None:
         self._ctx.metrics.connection_opened()
         CLIENT_HOST.set(client_host_of(self._peer))
+        LISTENER_NAME.set(self._listener_name)
         sender = asyncio.create_task(self._send_in_order())
         reading = self._reading = asyncio.create_task(self._read_loop())
         try:

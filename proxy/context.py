@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from proxy.limits import ListenerLimits, ListenerMemory
+from proxy.peer import LISTENER_NAME
 from storage.acks import AckOutcome
 from storage.broker_configs import BrokerConfigs
 from storage.catalog import CreatedTopic, DeletedTopic
@@ -45,6 +46,9 @@ class ServerSettings:
     cluster_id: str = "kiln"
     max_frame_bytes: int = 100 * 1024 * 1024
     max_in_flight_per_connection: int = 64
+    # (listener name, host, port) this node gives clients of each listener; (): the
+    # advertised address on every listener.
+    advertised_listeners: tuple[tuple[str, str, int], ...] = ()
 
 
 class PartitionLog(Protocol):
@@ -225,10 +229,16 @@ class KilnContext:
     memory: ListenerMemory = field(default_factory=lambda: ListenerMemory(ListenerLimits()))
 
     def brokers(self) -> dict[int, tuple[str, int]]:
-        """The address of every live node by id, this one's always among them."""
-        known = {n.node_id: (n.host, n.port) for n in self.cluster.brokers()}
+        """The address of every live node by id on the listener the request came in on, this
+        one's always among them; a node without that listener is left out, as Kafka leaves
+        out brokers without the client's listener."""
+        name = LISTENER_NAME.get()
+        known = {n.node_id: address for n in self.cluster.brokers()
+                 if (address := _address_on(n.listeners, name, (n.host, n.port))) is not None}
         own = self.settings
-        known.setdefault(own.node_id, (own.advertised_host, own.advertised_port))
+        primary = (own.advertised_host, own.advertised_port)
+        known.setdefault(own.node_id,
+                         _address_on(own.advertised_listeners, name, primary) or primary)
         return dict(sorted(known.items()))
 
     async def check_partition(self, tp: TopicPartition) -> None:
@@ -242,3 +252,12 @@ class KilnContext:
     def not_leader(self, tp: TopicPartition) -> KafkaError:
         return KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                           f"node {self.cluster.leader(tp)} leads {tp.topic}/{tp.partition}")
+
+
+def _address_on(listeners: Sequence[tuple[str, str, int]], name: str,
+                primary: tuple[str, int]) -> tuple[str, int] | None:
+    """A node's address on listener `name` ("" or a node that names none: its primary one);
+    None when it has listeners but not that one."""
+    if not listeners or not name:
+        return primary
+    return next(((host, port) for listener, host, port in listeners if listener == name), None)

@@ -19,17 +19,19 @@ log = logging.getLogger(__name__)
 
 
 class Listener:
-    def __init__(self, ctx: KilnContext, host: str, port: int, *,
-                 tls: ssl.SSLContext | None = None, tls_handshake_timeout_s: float = 10.0
-                 ) -> None:
+    def __init__(self, ctx: KilnContext, host: str, port: int, *, name: str = "",
+                 tls: ssl.SSLContext | None = None, tls_handshake_timeout_s: float = 10.0,
+                 slots: ConnectionSlots | None = None) -> None:
         self._ctx = ctx
         self._host = host
         self._port = port
+        self.name = name  # as in `listeners`: clients are given brokers on this listener
         self._tls = tls
         self._tls_handshake_timeout_s = tls_handshake_timeout_s
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[None], Connection] = {}
-        self._slots = ConnectionSlots(ctx.memory.limits)
+        # Shared by every listener of the process: the limits are the process's.
+        self._slots = slots if slots is not None else ConnectionSlots(ctx.memory.limits)
         self.refused_connections = 0
         # False from stop_accepting on: a connection the server accepted but whose task had
         # not started yet is closed at once, rather than served after shutdown began (it
@@ -46,8 +48,8 @@ class Listener:
         self._server = await asyncio.start_server(
             self._accept, self._host, self._port, limit=2**20, ssl=self._tls,
             ssl_handshake_timeout=None if self._tls is None else self._tls_handshake_timeout_s)
-        log.info("Kiln listening on %s://%s:%d", "PLAINTEXT" if self._tls is None else "SSL",
-                 self._host, self.port)
+        log.info("Kiln listening on %s://%s:%d (%s)", self.name or "PLAINTEXT", self._host,
+                 self.port, "PLAINTEXT" if self._tls is None else "SSL")
 
     async def stop_accepting(self) -> None:
         self._accepting = False
@@ -109,7 +111,8 @@ class Listener:
                             refused, self.refused_connections)
             writer.close()
             return
-        connection = self._connections[task] = Connection(self._ctx, reader, writer)
+        connection = self._connections[task] = Connection(self._ctx, reader, writer,
+                                                          self.name)
         try:
             await connection.serve()
         except asyncio.CancelledError:

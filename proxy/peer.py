@@ -7,6 +7,9 @@ from contextvars import ContextVar
 from typing import Any
 
 CLIENT_HOST: ContextVar[str] = ContextVar("kiln_client_host", default="")
+# The name of the Kafka listener the connection came in on ("": the first one): brokers are
+# given to it at their addresses on that listener.
+LISTENER_NAME: ContextVar[str] = ContextVar("kiln_listener_name", default="")
 
 
 def client_host_of(peername: Any) -> str:

@@ -35,8 +35,10 @@ def server_context(files: TlsFiles) -> ssl.SSLContext:
     try:
         context.load_cert_chain(files.certificate_file, files.key_file, files.key_password)
     except (OSError, ssl.SSLError) as exc:
+        # OpenSSL says no more than "PEM lib" for an encrypted key it cannot open.
+        hint = " (the key's password?)" if isinstance(exc, ssl.SSLError) else ""
         raise TlsConfigError(f"certificate {files.certificate_file} with key "
-                             f"{files.key_file}: {exc}") from exc
+                             f"{files.key_file}: {exc}{hint}") from exc
     if files.client_auth not in CLIENT_AUTH:
         raise TlsConfigError(f"client authentication: one of {', '.join(CLIENT_AUTH)}, got "
                              f"{files.client_auth!r}")

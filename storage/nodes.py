@@ -142,6 +142,9 @@ class KilnNode:
     started_ms: int
     renewed_ms: int
     expires_ms: int
+    # (listener name, host, port) clients of each Kafka listener are told; () from a node
+    # started before listeners had names: `host`:`port` on every listener.
+    listeners: tuple[tuple[str, str, int], ...] = ()
 
     @property
     def address(self) -> str:
@@ -168,7 +171,7 @@ async def read_nodes(redis: RedisClient) -> list[KilnNode]:
     return sorted(nodes, key=lambda n: n.node_id)
 
 
-_FIELDS = frozenset(f.name for f in fields(KilnNode)) - {"node_id"}
+_FIELDS = frozenset(f.name for f in fields(KilnNode)) - {"node_id", "listeners"}
 
 
 def _identities(nodes: Sequence[KilnNode]) -> set[tuple[int, str, str]]:
@@ -180,7 +183,10 @@ def decode_node(node_id: bytes | str | int, text: bytes | str) -> KilnNode | Non
     (the scripts remove those). Fields a newer Kiln adds are left out."""
     try:
         entry = json.loads(text)
-        return KilnNode(node_id=int(node_id), **{k: entry[k] for k in _FIELDS})
+        listeners = tuple((str(name), str(host), int(port))
+                          for name, host, port in entry.get("listeners", ()))
+        return KilnNode(node_id=int(node_id), **{k: entry[k] for k in _FIELDS},
+                        listeners=listeners)
     except (ValueError, TypeError, KeyError):
         return None
 
@@ -199,6 +205,7 @@ class Membership:
         self._started_ms = clock_ms()
         self._node_id = AUTO_NODE_ID
         self._host, self._port, self._http = "", 0, ""
+        self._listeners: tuple[tuple[str, str, int], ...] = ()
         self._member = False
         self._task: asyncio.Task[None] | None = None
         # The live nodes as last read from Redis, when, and who is told of changes.
@@ -252,10 +259,12 @@ class Membership:
         """Whether the last heartbeat found this process registered under its id."""
         return self._member
 
-    async def register(self, wanted_id: int, host: str, port: int, http: str = "") -> int:
+    async def register(self, wanted_id: int, host: str, port: int, http: str = "",
+                       listeners: tuple[tuple[str, str, int], ...] = ()) -> int:
         """Register under `wanted_id` (AUTO_NODE_ID: as the module says) and return the id;
         raises NodeIdTaken, or BufferUnavailable when Redis cannot be reached."""
         self._host, self._port, self._http = host, port, http
+        self._listeners = listeners
         now = self._clock_ms()
         try:
             node_id, holder = await self._register(
@@ -272,10 +281,12 @@ class Membership:
         await self.refresh_view()
         return self._node_id
 
-    def bound(self, host: str, port: int, http: str) -> None:
+    def bound(self, host: str, port: int, http: str,
+              listeners: tuple[tuple[str, str, int], ...] = ()) -> None:
         """The addresses as bound (a listener on port 0 learns its port only then); the next
         heartbeat tells them."""
         self._host, self._port, self._http = host, port, http
+        self._listeners = listeners
 
     async def heartbeat(self) -> bool:
         """Renew the registration (register again under the same id if Redis lost it) and
@@ -349,5 +360,6 @@ class Membership:
         return json.dumps({
             "host": self._host, "port": self._port, "address": self._address(),
             "http": self._http, "pid": os.getpid(), "incarnation": self._incarnation,
+            "listeners": [list(listener) for listener in self._listeners],
             "started_ms": self._started_ms, "renewed_ms": now_ms,
             "expires_ms": now_ms + self._settings.session_timeout_ms}, sort_keys=True)

@@ -19,7 +19,7 @@ from kafka import TopicPartition as KafkaPythonPartition
 
 from cli.app import StartupError
 from tests.certs import TlsMaterial, make_tls_material
-from tests.kiln_harness import RunningKiln, fresh_kiln
+from tests.kiln_harness import RunningKiln, eventually, fresh_kiln, start_kiln
 
 pytestmark = [pytest.mark.integration,
               # The test clients name TLS 1.0 and 1.1 on purpose.
@@ -187,6 +187,53 @@ def test_an_encrypted_key_opens_with_its_password_file(
         assert handshake(kiln, tls_client_context(tls, ssl.TLSVersion.TLSv1_3)) == "TLSv1.3"
     wrong = tmp_path / "wrong-password"
     wrong.write_text("not the password\n")
-    with pytest.raises(StartupError, match=r"SSL listener SSL://127\.0\.0\.1:0: certificate"):
+    with pytest.raises(StartupError,
+                       match=r"SSL listener: certificate .*server-encrypted\.key: .*password"):
         fresh_kiln(redis_url, kafka_bootstrap,
                    **{**encrypted, "ssl_key_password_file": str(wrong)})
+
+
+def two_listeners(tls: TlsMaterial) -> dict[str, Any]:
+    return ssl_settings(tls, listeners="INSIDE://127.0.0.1:0,OUTSIDE://127.0.0.1:0",
+                        listener_security_protocol_map="INSIDE:PLAINTEXT,OUTSIDE:SSL",
+                        advertised_listeners="OUTSIDE://localhost:0")
+
+
+def brokers_seen(config: dict[str, str]) -> dict[int, tuple[str, int]]:
+    metadata = AdminClient(config).list_topics(timeout=10)
+    return {b.id: (b.host, b.port) for b in metadata.brokers.values()}
+
+
+def test_each_listener_gives_clients_the_brokers_on_that_listener(
+        redis_url: str, kafka_bootstrap: str, tls: TlsMaterial, unique_topic: str) -> None:
+    # Given two nodes, each with a plaintext listener inside and an SSL one outside,
+    # advertised outside as localhost
+    with fresh_kiln(redis_url, kafka_bootstrap, **two_listeners(tls)) as first, \
+            start_kiln(redis_url, kafka_bootstrap, **two_listeners(tls)) as second:
+        nodes = (first, second)
+        inside = {kiln.app.node_id: ("127.0.0.1", kiln.app.listener_port("INSIDE"))
+                  for kiln in nodes}
+        outside = {kiln.app.node_id: ("localhost", kiln.app.listener_port("OUTSIDE"))
+                   for kiln in nodes}
+        outside_config = {"bootstrap.servers": f"localhost:{outside[first.app.node_id][1]}",
+                          "security.protocol": "SSL", "ssl.ca.location": str(tls.ca_file)}
+        inside_config = {"bootstrap.servers": f"127.0.0.1:{inside[first.app.node_id][1]}"}
+        # When clients ask each listener for the brokers (both nodes must be known first)
+        assert eventually(lambda: len(brokers_seen(inside_config)) == 2)
+        # Then each is given every node at its address on that listener
+        assert brokers_seen(inside_config) == inside
+        assert brokers_seen(outside_config) == outside
+        # ... and a producer outside and a consumer inside share the records
+        assert produce_and_consume_with_librdkafka(outside_config, unique_topic) == expected()
+        consumer = Consumer({**inside_config, "group.id": f"inside-{unique_topic}",
+                             "auto.offset.reset": "earliest"})
+        consumer.subscribe([unique_topic])
+        values: list[bytes] = []
+        for _ in range(200):
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+            if len(values) >= RECORDS:
+                break
+        consumer.close()
+        assert values == expected()

@@ -129,6 +129,22 @@ def test_a_refused_redis_url_is_named_without_its_password() -> None:
     assert "s3cret" not in str(refused.value) and ":***@" in str(refused.value)
 
 
+def test_listeners_advertise_their_own_addresses_unless_told() -> None:
+    settings = load_settings(overrides={
+        "listeners": "INTERNAL://0.0.0.0:9092,EXTERNAL://10.0.0.5:9093",
+        "listener_security_protocol_map": "internal:PLAINTEXT,EXTERNAL:SSL",
+        "advertised_listeners": "EXTERNAL://kiln.example:19093",
+        "ssl_certificate_file": "server.pem", "ssl_key_file": "server.key"}, environ={})
+
+    assert [(str(listener), listener.protocol) for listener in settings.kafka_listeners] == [
+        ("INTERNAL://0.0.0.0:9092", "PLAINTEXT"), ("EXTERNAL://10.0.0.5:9093", "SSL")]
+    assert settings.advertised_listener_addresses == {
+        "INTERNAL": ("127.0.0.1", 9092), "EXTERNAL": ("kiln.example", 19093)}
+    # The first listener names the node and places its HTTP endpoints
+    assert settings.advertised_address == ("127.0.0.1", 9092)
+    assert settings.http_address == ("127.0.0.1", 9644)
+
+
 def test_a_listener_is_named_as_on_a_kafka_broker() -> None:
     tls = {"ssl_certificate_file": "server.pem", "ssl_key_file": "server.key"}
     listener = load_settings(overrides={"listeners": "ssl://0.0.0.0:9093", **tls},
@@ -140,11 +156,20 @@ def test_a_listener_is_named_as_on_a_kafka_broker() -> None:
 
 
 @pytest.mark.parametrize(("overrides", "refusal"), [
-    ({"listeners": "PLAINTEXT://h:1,SSL://h:2"}, "one PROTOCOL://HOST:PORT for now"),
-    ({"listeners": "SASL_SSL://h:1"}, "SASL_SSL is not built yet"),
-    ({"listeners": "HTTP://h:1"}, "PLAINTEXT or SSL, got 'HTTP'"),
-    ({"listeners": "h:1"}, "expected PROTOCOL://HOST:PORT"),
+    ({"listeners": "PLAINTEXT://h:1,SSL://h:1"}, "SSL and PLAINTEXT both on h:1"),
+    ({"listeners": "PLAINTEXT://h:1,plaintext://h:2"}, "PLAINTEXT given twice"),
+    ({"listeners": "SASL_SSL://h:1"}, "SASL_SSL is SASL_SSL, not built yet"),
+    ({"listeners": "OUTSIDE://h:1", "listener_security_protocol_map": "OUTSIDE:SASL_SSL"},
+     "OUTSIDE is SASL_SSL, not built yet"),
+    ({"listeners": "HTTP://h:1"}, "HTTP has no protocol: PLAINTEXT or SSL"),
+    ({"listeners": "h:1"}, "expected NAME://HOST:PORT"),
+    ({"listener_security_protocol_map": "OUTSIDE", "listeners": "OUTSIDE://h:1"},
+     "expected NAME:PROTOCOL"),
     ({"listeners": "PLAINTEXT://h:1", "listen": "h:2"}, "listeners and listen both"),
+    ({"listeners": "PLAINTEXT://h:1", "advertise": "x:1"}, "give advertised_listeners"),
+    ({"advertised_listeners": "PLAINTEXT://x:1"}, "with listen, give advertise"),
+    ({"listeners": "PLAINTEXT://h:1", "advertised_listeners": "SSL://x:1"},
+     "SSL is not in listeners"),
     ({"listeners": "SSL://h:1"}, "ssl_certificate_file: an SSL listener needs it"),
     ({"listeners": "SSL://h:1", "ssl_certificate_file": "c", "ssl_key_file": "k",
       "ssl_client_auth": "required"}, "ssl_ca_file: ssl_client_auth = required needs"),

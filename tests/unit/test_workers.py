@@ -65,8 +65,17 @@ def test_a_worker_of_an_ssl_listener_gets_the_listener_on_its_port() -> None:
     settings = load_settings(overrides={
         "listeners": "SSL://0.0.0.0:9093", "ssl_certificate_file": "server.pem",
         "ssl_key_file": "server.key"}, environ={})
+    several = load_settings(overrides={
+        "listeners": "PLAINTEXT://0.0.0.0:9092,SSL://0.0.0.0:9093",
+        "advertised_listeners": "SSL://kiln.example:19093", "ssl_certificate_file": "server.pem",
+        "ssl_key_file": "server.key"}, environ={})
 
     assert worker_flags(settings, 2) == ["--workers", "1", "--listeners", "SSL://0.0.0.0:9095"]
+    # Every listener moves to the worker's block of ports, and every advertised address
+    # with it: worker 1 after worker 0's 9092 and 9093
+    assert worker_flags(several, 1) == [
+        "--workers", "1", "--listeners", "PLAINTEXT://0.0.0.0:9094,SSL://0.0.0.0:9095",
+        "--advertised-listeners", "PLAINTEXT://127.0.0.1:9094,SSL://kiln.example:19095"]
 
 
 def test_the_flags_given_are_passed_on_and_unset_ones_left_to_the_worker() -> None:
