@@ -23,6 +23,7 @@ from cli.status import status
 from cli.subscriptions import subscriptions
 from cli.topics import topics
 from cli.transactions import transactions
+from cli.users import users
 from cli.workers import command_flags, default_workers, supervise, worker_commands
 from storage.errors import StorageError
 
@@ -100,6 +101,7 @@ main.add_command(flush)
 main.add_command(drain)
 main.add_command(inspect)
 main.add_command(transactions)
+main.add_command(users)
 
 
 @main.command()
