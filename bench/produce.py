@@ -56,7 +56,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -179,12 +179,17 @@ class KilnProcess:
 
     def __init__(self, redis_url: str, kafka_bootstrap: str, delay_ms: int, *,
                  workdir: Path, delay_policy: str = "fixed", workers: int = 1,
-                 extra_args: Sequence[str] = ()) -> None:
-        self.port = free_ports(workers)
+                 extra_args: Sequence[str] = (), listeners: Sequence[str] = ()) -> None:
+        # `listeners`: the names of that many listeners (each PROTOCOL by its name) on
+        # consecutive ports from `port`, instead of one plaintext `--listen`.
+        self.port = free_ports(max(workers, len(listeners)))
         self.workers = workers
         self.log_path = workdir / f"kiln-{self.port}.log"
+        where = (["--listeners", ",".join(f"{name}://127.0.0.1:{self.port + i}"
+                                          for i, name in enumerate(listeners))]
+                 if listeners else ["--listen", f"127.0.0.1:{self.port}"])
         cmd = [sys.executable, "-m", "cli", "serve", "--workers", str(workers),
-               "--listen", f"127.0.0.1:{self.port}", "--redis-url", redis_url,
+               *where, "--redis-url", redis_url,
                "--kafka-bootstrap", kafka_bootstrap, "--harden-delay-ms", str(delay_ms),
                "--delay-policy", delay_policy, *extra_args]
         env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
@@ -380,12 +385,14 @@ def confluent_watermark(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
-def produce_n(bootstrap: str, topic: str, count: int, value: bytes, acks: str
-              ) -> dict[str, Any]:
+def produce_n(bootstrap: str, topic: str, count: int, value: bytes, acks: str,
+              client: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Produce `count` copies of `value` as fast as possible; the clock runs from the first
-    produce() to the end of flush() (connection and metadata are set up before)."""
+    produce() to the end of flush() (connection and metadata are set up before). `client`:
+    more producer settings (TLS)."""
     errors: list[Any] = []
     producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, **INGEST_PRODUCER,
+                         **(client or {}),
                          "on_delivery": lambda err, _msg: errors.append(err)})
     producer.list_topics(topic, timeout=10)
     produce, poll = producer.produce, producer.poll

@@ -77,6 +77,11 @@ DYNAMIC_TOPIC_CONFIG = 1  # DescribeConfigs' config source
 
 @pytest.fixture(scope="module", autouse=True)
 def kafkajs_installed() -> None:
+    require_kafkajs()
+
+
+def require_kafkajs() -> None:
+    """Fail (never skip in CI) when node or kafkajs is missing."""
     if shutil.which("node") is None:
         _unavailable("kafkajs", "node is not on PATH (scripts/setup.sh installs it)")
     if not (NODE_MODULES / "kafkajs").is_dir():

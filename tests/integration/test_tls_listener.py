@@ -55,7 +55,12 @@ def produce_and_consume_with_librdkafka(config: dict[str, str], topic: str) -> l
     for i in range(RECORDS):
         producer.produce(topic, f"r{i}".encode(), partition=0)
     assert producer.flush(30) == 0
-    consumer = Consumer({**config, "group.id": f"g-{topic}", "auto.offset.reset": "earliest",
+    return consume_with_librdkafka(config, topic, f"g-{topic}")
+
+
+def consume_with_librdkafka(config: dict[str, str], topic: str, group: str) -> list[bytes]:
+    """The values of RECORDS records of `topic`, read from the start by a new group."""
+    consumer = Consumer({**config, "group.id": group, "auto.offset.reset": "earliest",
                          "enable.auto.commit": False})
     consumer.subscribe([topic])
     values: list[bytes] = []
@@ -225,15 +230,5 @@ def test_each_listener_gives_clients_the_brokers_on_that_listener(
         assert brokers_seen(outside_config) == outside
         # ... and a producer outside and a consumer inside share the records
         assert produce_and_consume_with_librdkafka(outside_config, unique_topic) == expected()
-        consumer = Consumer({**inside_config, "group.id": f"inside-{unique_topic}",
-                             "auto.offset.reset": "earliest"})
-        consumer.subscribe([unique_topic])
-        values: list[bytes] = []
-        for _ in range(200):
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                values.append(message.value())
-            if len(values) >= RECORDS:
-                break
-        consumer.close()
-        assert values == expected()
+        assert consume_with_librdkafka(inside_config, unique_topic,
+                                       f"inside-{unique_topic}") == expected()
