@@ -8,7 +8,8 @@ import logging
 import ssl
 from pathlib import Path
 
-from cli.settings import SSL, Settings
+from cli.settings import SASL_PLAINTEXT, SASL_PROTOCOLS, TLS_PROTOCOLS, Settings
+from proxy.authentication import SaslSettings
 from proxy.context import KilnContext, ServerSettings
 from proxy.http_endpoints import HttpEndpoints
 from proxy.limits import ConnectionSlots, ListenerLimits, ListenerMemory
@@ -44,6 +45,7 @@ from storage.policy.observer import DelayObserver
 from storage.producer_ids import ProducerIds
 from storage.read_through import ColdReader
 from storage.redis_eviction import eviction_risk
+from storage.security.credentials import CredentialStore
 from storage.subscriptions import SubscriptionRegistry
 from storage.tiered_log import TieredLog
 from storage.topic_configs import TopicConfigs
@@ -160,13 +162,22 @@ class KilnApp:
             broker_configs=self._broker_configs(settings.node_id),
         )
         tls = _tls_context(settings)
+        sasl = SaslSettings(
+            settings.sasl_mechanisms, CredentialStore(self.queue.redis),
+            authentication_timeout_s=settings.authentication_timeout_ms / 1000,
+            max_preauth_frame_bytes=settings.max_preauth_frame_bytes,
+            failed_delay_s=settings.failed_authentication_delay_ms / 1000)
         slots = ConnectionSlots(self.context.memory.limits)
         self.listeners = [
             Listener(self.context, listener.host, listener.port, name=listener.name,
-                     tls=tls if listener.protocol == SSL else None,
+                     tls=tls if listener.protocol in TLS_PROTOCOLS else None,
                      tls_handshake_timeout_s=settings.tls_handshake_timeout_ms / 1000,
-                     slots=slots)
+                     slots=slots, sasl=sasl if listener.protocol in SASL_PROTOCOLS else None)
             for listener in settings.kafka_listeners]
+        for listener in settings.kafka_listeners:
+            if listener.protocol == SASL_PLAINTEXT and "PLAIN" in settings.sasl_mechanisms:
+                log.warning("listener %s takes PLAIN passwords without TLS: anyone on the "
+                            "path reads them", listener)
         # Metrics: collectors read, when scraped, what the parts count anyway.
         self.metrics.watch_hardener(self.hardener.counters)
         self.metrics.watch_buffer(BufferSnapshot(self.queue, self.catalog.registry))
@@ -415,7 +426,7 @@ def _advertised(settings: Settings) -> tuple[tuple[str, str, int], ...]:
 
 def _tls_context(settings: Settings) -> ssl.SSLContext | None:
     """The SSL listeners' server context (proxy/tls.py); None without any."""
-    if all(listener.protocol != SSL for listener in settings.kafka_listeners):
+    if all(listener.protocol not in TLS_PROTOCOLS for listener in settings.kafka_listeners):
         return None
     password = None
     if settings.ssl_key_password_file:

@@ -60,6 +60,15 @@ class Settings:
     ssl_client_auth: str = "none"
     # A client that has not finished its TLS handshake by then is disconnected.
     tls_handshake_timeout_ms: int = 10_000
+    # SASL listeners (docs/security-design.md): the mechanisms they offer (PLAIN,
+    # SCRAM-SHA-256, SCRAM-SHA-512; users from `kiln users`); a connection must be
+    # authenticated within `authentication_timeout_ms`, may send frames of at most
+    # `max_preauth_frame_bytes` until then, and is closed
+    # `failed_authentication_delay_ms` after a failed attempt.
+    sasl_enabled_mechanisms: str = "SCRAM-SHA-256,SCRAM-SHA-512"
+    authentication_timeout_ms: int = 10_000
+    max_preauth_frame_bytes: int = 524_288
+    failed_authentication_delay_ms: int = 100
     # HOST:PORT of the HTTP endpoints /metrics, /healthz and /readyz; "" turns them off;
     # "auto": on loopback (whatever the Kafka listener's host: the endpoints are for the
     # machine's own scraper unless an address says otherwise), at the Kafka port + 552
@@ -145,6 +154,18 @@ class Settings:
                                parse_protocol_map(self.listener_security_protocol_map))
 
     @property
+    def sasl_mechanisms(self) -> tuple[str, ...]:
+        mechanisms = tuple(m.strip().upper() for m in self.sasl_enabled_mechanisms.split(",")
+                           if m.strip())
+        for mechanism in mechanisms:
+            if mechanism in _LATER_MECHANISMS:
+                raise SettingsError(f"sasl_enabled_mechanisms: {mechanism} is not built yet")
+            if mechanism not in SASL_MECHANISMS:
+                raise SettingsError(f"sasl_enabled_mechanisms: one of "
+                                    f"{', '.join(SASL_MECHANISMS)}, got {mechanism!r}")
+        return mechanisms
+
+    @property
     def listener(self) -> Listener:
         """The first listener: its port places the HTTP endpoints and the workers."""
         return self.kafka_listeners[0]
@@ -180,15 +201,20 @@ class Settings:
 
 PLAINTEXT = "PLAINTEXT"
 SSL = "SSL"
-_PROTOCOLS = (PLAINTEXT, SSL)
-_LATER_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
+SASL_PLAINTEXT = "SASL_PLAINTEXT"
+SASL_SSL = "SASL_SSL"
+_PROTOCOLS = (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)
+TLS_PROTOCOLS = (SSL, SASL_SSL)
+SASL_PROTOCOLS = (SASL_PLAINTEXT, SASL_SSL)
 SSL_CLIENT_AUTH = ("none", "requested", "required")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_LATER_MECHANISMS = ("OAUTHBEARER",)
 
 
 @dataclass(frozen=True, slots=True)
 class Listener:
     name: str  # as in `listeners`, upper case
-    protocol: str  # PLAINTEXT or SSL
+    protocol: str  # PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL
     host: str
     port: int
 
@@ -240,12 +266,10 @@ def parse_listeners(text: str, protocols: Mapping[str, str]) -> list[Listener]:
     listeners: list[Listener] = []
     for name, host, port in _named_addresses(text, "listeners"):
         protocol = protocols.get(name, name)
-        if protocol in _LATER_PROTOCOLS:
-            raise SettingsError(f"listeners: {name} is {protocol}, not built yet (SASL); "
-                                "PLAINTEXT or SSL")
         if protocol not in _PROTOCOLS:
-            raise SettingsError(f"listeners: {name} has no protocol: PLAINTEXT or SSL, by its "
-                                "name or in listener_security_protocol_map")
+            raise SettingsError(f"listeners: {name} has no protocol: one of "
+                                f"{', '.join(_PROTOCOLS)}, by its name or in "
+                                "listener_security_protocol_map")
         taken = [other for other in listeners if (other.host, other.port) == (host, port)]
         if port and taken:
             raise SettingsError(f"listeners: {name} and {taken[0].name} both on "
@@ -332,6 +356,7 @@ def _validate(settings: Settings) -> Settings:
                             "advertise")
     settings.listen_address  # noqa: B018 - parses and raises on a bad value
     _validate_tls(settings)
+    _validate_sasl(settings)
     settings.advertised_address  # noqa: B018
     settings.http_address  # noqa: B018
     try:
@@ -400,6 +425,19 @@ def _validate(settings: Settings) -> Settings:
     return settings
 
 
+def _validate_sasl(settings: Settings) -> None:
+    if not any(listener.protocol in SASL_PROTOCOLS for listener in settings.kafka_listeners):
+        return
+    if not settings.sasl_mechanisms:
+        raise SettingsError("sasl_enabled_mechanisms: a SASL listener needs at least one")
+    for key in ("authentication_timeout_ms", "max_preauth_frame_bytes"):
+        if getattr(settings, key) < 1:
+            raise SettingsError(f"{key}: must be >= 1, got {getattr(settings, key)}")
+    if settings.failed_authentication_delay_ms < 0:
+        raise SettingsError("failed_authentication_delay_ms: must be >= 0, got "
+                            f"{settings.failed_authentication_delay_ms}")
+
+
 def _validate_tls(settings: Settings) -> None:
     if settings.ssl_client_auth not in SSL_CLIENT_AUTH:
         raise SettingsError(f"ssl_client_auth: one of {', '.join(SSL_CLIENT_AUTH)}, got "
@@ -407,7 +445,8 @@ def _validate_tls(settings: Settings) -> None:
     if settings.tls_handshake_timeout_ms < 1:
         raise SettingsError("tls_handshake_timeout_ms: must be >= 1, got "
                             f"{settings.tls_handshake_timeout_ms}")
-    secure = [listener for listener in settings.kafka_listeners if listener.protocol == SSL]
+    secure = [listener for listener in settings.kafka_listeners
+              if listener.protocol in TLS_PROTOCOLS]
     if not secure:
         return
     for key in ("ssl_certificate_file", "ssl_key_file"):

@@ -24,6 +24,7 @@ import logging
 import struct
 import time
 
+from proxy.authentication import SaslGate, SaslSettings, Verdict
 from proxy.context import KilnContext
 from proxy.dispatch import dispatch
 from proxy.handlers import api_versions
@@ -32,6 +33,7 @@ from proxy.request_metrics import observe_request
 from wire import apis
 from wire.apis import ApiKey, UnsupportedRequest
 from wire.errors import MalformedRequest
+from wire.header import peek_api
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +42,13 @@ _SIZE = struct.Struct(">i")
 
 class Connection:
     def __init__(self, ctx: KilnContext, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter, listener_name: str = "") -> None:
+                 writer: asyncio.StreamWriter, listener_name: str = "",
+                 sasl: SaslSettings | None = None) -> None:
         self._ctx = ctx
         self._listener_name = listener_name
+        # A SASL listener's connection serves nothing but its authentication until it is
+        # authenticated (proxy/authentication.py).
+        self._gate = SaslGate(sasl) if sasl is not None else None
         self._reader = reader
         self._writer = writer
         self._memory = ctx.memory
@@ -61,6 +67,8 @@ class Connection:
         LISTENER_NAME.set(self._listener_name)
         sender = asyncio.create_task(self._send_in_order())
         reading = self._reading = asyncio.create_task(self._read_loop())
+        deadline = (asyncio.create_task(self._authenticated_in_time())
+                    if self._gate is not None else None)
         try:
             # Whichever ends first: the reading (the peer closed, a limit, shutdown) or the
             # sending (the peer stopped taking answers for `idle_timeout_s`).
@@ -76,6 +84,8 @@ class Connection:
             # (assured produces) have nobody to go to; their records stay appended.
             reading.cancel()
             sender.cancel()
+            if deadline is not None:
+                deadline.cancel()
             while not self._pending.empty():
                 self._pending.get_nowait().cancel()
             await asyncio.gather(reading, sender, return_exceptions=True)
@@ -110,8 +120,20 @@ class Connection:
         if not sender.done():
             await self._writer.drain()
 
+    async def _authenticated_in_time(self) -> None:
+        assert self._gate is not None
+        await asyncio.sleep(self._gate.settings.authentication_timeout_s)
+        if not self._gate.authenticated:
+            log.warning("closing %s: not authenticated within %.0fs", self._peer,
+                        self._gate.settings.authentication_timeout_s)
+            self.cancel_reading()
+
+    def _max_frame(self) -> int:
+        if self._gate is not None and not self._gate.authenticated:
+            return self._gate.settings.max_preauth_frame_bytes
+        return self._ctx.settings.max_frame_bytes
+
     async def _read_loop(self) -> None:
-        max_frame = self._ctx.settings.max_frame_bytes
         requests = self._memory.requests
         while not self._stopping:
             await self._room.acquire()
@@ -119,6 +141,7 @@ class Connection:
             size = await self._next_frame_size()
             if size is None:
                 return
+            max_frame = self._max_frame()
             if size < 4 or size > max_frame:
                 self._ctx.metrics.malformed_frame()
                 log.warning("closing %s: frame size %d outside 4..%d", self._peer, size, max_frame)
@@ -172,6 +195,12 @@ class Connection:
 
     async def _handle(self, frame: bytes) -> bool:
         """Answer one request frame (the answer is queued); False to close the connection."""
+        gate = self._gate
+        if gate is not None and not gate.authenticated:
+            return await self._authenticate(gate, frame)
+        return await self._serve(frame)
+
+    async def _serve(self, frame: bytes) -> bool:
         try:
             request = apis.decode_request(frame)
         except UnsupportedRequest as exc:
@@ -185,6 +214,37 @@ class Connection:
         answer = await dispatch(self._ctx, request)
         observe_request(self._ctx.metrics, request, answer, started)
         self._owe(answer)
+        return True
+
+    async def _authenticate(self, gate: SaslGate, frame: bytes) -> bool:
+        """A request before authentication: ApiVersions as ever, the SASL exchange by the
+        gate; anything else closes the connection unanswered, its body never decoded."""
+        try:
+            api_key, _ = peek_api(frame)
+        except MalformedRequest:
+            api_key = -1
+        if not gate.admits(api_key):
+            self._ctx.metrics.malformed_frame()
+            log.warning("closing %s: api %d before authentication", self._peer, api_key)
+            return False
+        if api_key == ApiKey.API_VERSIONS:
+            return await self._serve(frame)
+        try:
+            request = apis.decode_request(frame)
+        except (UnsupportedRequest, MalformedRequest) as exc:
+            self._ctx.metrics.malformed_frame()
+            log.warning("closing %s: SASL request not read: %s", self._peer, exc)
+            return False
+        body, verdict = await gate.handle(request, self._peer)
+        answer: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+        self._owe(answer)
+        answer.set_result(apis.encode_response(request, body))
+        if verdict is Verdict.FAILED:
+            # As Kafka: the answer goes, then the connection closes after a delay, which
+            # also slows a client guessing passwords down.
+            await asyncio.sleep(gate.settings.failed_delay_s)
+            self._stopping = True
+            return False
         return True
 
     def _owe(self, answer: asyncio.Future[bytes | None]) -> None:

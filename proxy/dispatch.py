@@ -29,6 +29,7 @@ from proxy.handlers import (
     offset_for_leader_epoch,
     offsets,
     produce,
+    sasl,
     transaction_admin,
     transactions,
 )
@@ -45,6 +46,8 @@ ErrorBuilder = Callable[[Request, ErrorCode], Message]
 HANDLERS: dict[int, tuple[Handler, ErrorBuilder | None]] = {
     ApiKey.API_VERSIONS: (api_versions.handle, None),
     ApiKey.METADATA: (metadata.handle, None),
+    ApiKey.SASL_HANDSHAKE: (sasl.handle, None),
+    ApiKey.SASL_AUTHENTICATE: (sasl.handle, None),
     ApiKey.PRODUCE: (produce.handle, produce.error_response),
     ApiKey.INIT_PRODUCER_ID: (init_producer_id.handle, init_producer_id.error_response),
     ApiKey.CREATE_TOPICS: (create_topics.handle, create_topics.error_response),

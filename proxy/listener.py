@@ -11,6 +11,7 @@ import asyncio
 import logging
 import ssl
 
+from proxy.authentication import SaslSettings
 from proxy.connection import Connection
 from proxy.context import KilnContext
 from proxy.limits import ConnectionSlots
@@ -21,12 +22,14 @@ log = logging.getLogger(__name__)
 class Listener:
     def __init__(self, ctx: KilnContext, host: str, port: int, *, name: str = "",
                  tls: ssl.SSLContext | None = None, tls_handshake_timeout_s: float = 10.0,
-                 slots: ConnectionSlots | None = None) -> None:
+                 slots: ConnectionSlots | None = None, sasl: SaslSettings | None = None
+                 ) -> None:
         self._ctx = ctx
         self._host = host
         self._port = port
         self.name = name  # as in `listeners`: clients are given brokers on this listener
         self._tls = tls
+        self._sasl = sasl  # SASL_PLAINTEXT and SASL_SSL: every connection authenticates
         self._tls_handshake_timeout_s = tls_handshake_timeout_s
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[None], Connection] = {}
@@ -48,8 +51,10 @@ class Listener:
         self._server = await asyncio.start_server(
             self._accept, self._host, self._port, limit=2**20, ssl=self._tls,
             ssl_handshake_timeout=None if self._tls is None else self._tls_handshake_timeout_s)
+        protocol = ("SASL_" if self._sasl is not None else "") + (
+            "PLAINTEXT" if self._tls is None else "SSL")
         log.info("Kiln listening on %s://%s:%d (%s)", self.name or "PLAINTEXT", self._host,
-                 self.port, "PLAINTEXT" if self._tls is None else "SSL")
+                 self.port, protocol)
 
     async def stop_accepting(self) -> None:
         self._accepting = False
@@ -112,7 +117,7 @@ class Listener:
             writer.close()
             return
         connection = self._connections[task] = Connection(self._ctx, reader, writer,
-                                                          self.name)
+                                                          self.name, self._sasl)
         try:
             await connection.serve()
         except asyncio.CancelledError:

@@ -12,7 +12,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from kafka.protocol import admin, consumer, metadata, producer
+from kafka.protocol import admin, consumer, metadata, producer, sasl
 
 from wire import consumer_groups
 from wire.errors import MalformedRequest
@@ -44,6 +44,7 @@ class ApiKey(enum.IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -56,6 +57,7 @@ class ApiKey(enum.IntEnum):
     TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
@@ -95,6 +97,12 @@ CLIENT_APIS: dict[int, ApiSpec] = {
     for s in (
         _spec(ApiKey.PRODUCE, 0, 11, producer.ProduceRequest, producer.ProduceResponse, 3),
         _spec(ApiKey.METADATA, 0, 12, metadata.MetadataRequest, metadata.MetadataResponse),
+        # SASL (proxy/authentication.py): SaslHandshake v1 only, as every current client
+        # asks (v0's bare tokens without a request header are not served).
+        _spec(ApiKey.SASL_HANDSHAKE, 1, 1, sasl.SaslHandshakeRequest,
+              sasl.SaslHandshakeResponse),
+        _spec(ApiKey.SASL_AUTHENTICATE, 0, 2, sasl.SaslAuthenticateRequest,
+              sasl.SaslAuthenticateResponse),
         _spec(
             ApiKey.API_VERSIONS, 0, 4, metadata.ApiVersionsRequest, metadata.ApiVersionsResponse
         ),

@@ -16,6 +16,7 @@ No password and no key is ever logged or returned by a listing.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,12 +28,14 @@ from wire.sasl.scram import (
     ScramCredential,
     credential_from_text,
     credential_to_text,
+    verify_password,
 )
 
 _TAG = "kiln:{security}"
 REV_KEY = f"{_TAG}:rev"
 SECRET_KEY = f"{_TAG}:secret"
 MECHANISMS = tuple(SCRAM_MECHANISMS)  # SCRAM-SHA-256, SCRAM-SHA-512
+_CONCURRENT_DERIVATIONS = 2
 
 # KEYS: the mechanism's hash, the rev hash. ARGV: user, credential text ("" removes).
 # Returns 1 when something changed.
@@ -74,6 +77,9 @@ class CredentialStore:
     def __init__(self, redis: RedisClient) -> None:
         self._redis = redis
         self._change = redis.register_script(_CHANGE)
+        # PBKDF2 for PLAIN logins runs in threads, at most this many at once: a flood of
+        # logins cannot take every core.
+        self._derivations = asyncio.Semaphore(_CONCURRENT_DERIVATIONS)
 
     async def put(self, user: str, mechanism: str, credential: ScramCredential) -> None:
         """Store (or replace) `user`'s credential for `mechanism`."""
@@ -101,6 +107,19 @@ class CredentialStore:
             return credential_from_text(raw.decode() if isinstance(raw, bytes) else str(raw))
         except ValueError:
             return None
+
+    async def check_password(self, user: str, password: str) -> bool:
+        """Whether `password` is `user`'s (a PLAIN login): checked against the user's stored
+        SCRAM key, SCRAM-SHA-512's when it has one, else SCRAM-SHA-256's; no password is
+        kept in a form that could be replayed."""
+        for mechanism in reversed(MECHANISMS):
+            credential = await self.get(mechanism, user)
+            if credential is not None:
+                async with self._derivations:
+                    return await asyncio.to_thread(verify_password,
+                                                   SCRAM_MECHANISMS[mechanism], credential,
+                                                   password)
+        return False
 
     async def users(self) -> list[UserCredential]:
         """Every credential, by user then mechanism."""

@@ -102,6 +102,12 @@ from kafka.protocol.producer import (
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
 )
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 from kafka.record.memory_records import MemoryRecords
 
 from wire.consumer_groups import (
@@ -836,6 +842,15 @@ def build_api_versions(c: Case, v: int) -> Steps:
                              client_software_version="1.0")
 
 
+def build_sasl_handshake(c: Case, v: int) -> Steps:
+    # On a listener without SASL: ILLEGAL_SASL_STATE (a SASL listener: test_sasl_listener.py)
+    yield SaslHandshakeRequest(mechanism="PLAIN")
+
+
+def build_sasl_authenticate(c: Case, v: int) -> Steps:
+    yield SaslAuthenticateRequest(auth_bytes=b"\x00kiln\x00secret")
+
+
 def build_create_topics(c: Case, v: int) -> Steps:
     topics = [topic_spec(c.name("t"), 2, {"retention.ms": "86400000"})]
     if v >= 4:
@@ -1061,6 +1076,8 @@ BUILDERS: dict[int, Api] = {
     1: Api("Fetch", FetchResponse, build_fetch),
     2: Api("ListOffsets", ListOffsetsResponse, build_list_offsets),
     3: Api("Metadata", MetadataResponse, build_metadata),
+    17: Api("SaslHandshake", SaslHandshakeResponse, build_sasl_handshake),
+    36: Api("SaslAuthenticate", SaslAuthenticateResponse, build_sasl_authenticate),
     8: Api("OffsetCommit", OffsetCommitResponse, build_offset_commit),
     9: Api("OffsetFetch", OffsetFetchResponse, build_offset_fetch),
     10: Api("FindCoordinator", FindCoordinatorResponse, build_find_coordinator),

@@ -58,14 +58,16 @@ def produce_and_consume_with_librdkafka(config: dict[str, str], topic: str) -> l
     return consume_with_librdkafka(config, topic, f"g-{topic}")
 
 
-def consume_with_librdkafka(config: dict[str, str], topic: str, group: str) -> list[bytes]:
-    """The values of RECORDS records of `topic`, read from the start by a new group."""
+def consume_with_librdkafka(config: dict[str, str], topic: str, group: str,
+                            polls: int = 200) -> list[bytes]:
+    """The values of RECORDS records of `topic`, read from the start by a new group (giving
+    up after `polls` half-second polls)."""
     consumer = Consumer({**config, "group.id": group, "auto.offset.reset": "earliest",
                          "enable.auto.commit": False})
     consumer.subscribe([topic])
     values: list[bytes] = []
     try:
-        for _ in range(200):
+        for _ in range(polls):
             message = consumer.poll(0.5)
             if message is not None and message.error() is None:
                 values.append(message.value())
