@@ -15,15 +15,13 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
-from kafka import KafkaConsumer, KafkaProducer
-from kafka import TopicPartition as KafkaPythonPartition
 
 from storage.security.credentials import CredentialStore
 from tests.certs import TlsMaterial, make_tls_material
 from tests.integration.test_tls_listener import (
-    RECORDS,
     consume_with_librdkafka,
     expected,
+    produce_and_consume_with_kafka_python,
     produce_and_consume_with_librdkafka,
 )
 from tests.kiln_harness import RunningKiln, fresh_kiln
@@ -88,17 +86,7 @@ def test_kafka_python_logs_in_with_scram(sasl_kiln: RunningKiln, unique_topic: s
         "bootstrap_servers": f"127.0.0.1:{sasl_kiln.app.listener_port('SASL_PLAINTEXT')}",
         "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-256",
         "sasl_plain_username": USER, "sasl_plain_password": PASSWORD}
-    producer = KafkaProducer(**common)
-    for i in range(RECORDS):
-        producer.send(unique_topic, f"r{i}".encode(), partition=0)
-    producer.flush(30)
-    producer.close()
-    consumer = KafkaConsumer(**common, auto_offset_reset="earliest", enable_auto_commit=False,
-                             consumer_timeout_ms=15_000)
-    consumer.assign([KafkaPythonPartition(unique_topic, 0)])
-    values = [record.value for _, record in zip(range(RECORDS), consumer, strict=False)]
-    consumer.close()
-    assert values == expected()
+    assert produce_and_consume_with_kafka_python(common, unique_topic) == expected()
 
 
 def login_fails(config: dict[str, str]) -> str:

@@ -92,17 +92,23 @@ def test_kafka_python_produces_and_consumes_over_tls(ssl_kiln: RunningKiln, tls:
                                                      unique_topic: str) -> None:
     common = {"bootstrap_servers": ssl_kiln.bootstrap, "security_protocol": "SSL",
               "ssl_cafile": str(tls.ca_file)}
+    assert produce_and_consume_with_kafka_python(common, unique_topic) == expected()
+
+
+def produce_and_consume_with_kafka_python(common: dict[str, Any], topic: str) -> list[bytes]:
+    """RECORDS records produced to partition 0 of `topic` by kafka-python with the client
+    settings `common`, then the values read back from offset 0."""
     producer = KafkaProducer(**common)
     for i in range(RECORDS):
-        producer.send(unique_topic, f"r{i}".encode(), partition=0)
+        producer.send(topic, f"r{i}".encode(), partition=0)
     producer.flush(30)
     producer.close()
     consumer = KafkaConsumer(**common, auto_offset_reset="earliest", enable_auto_commit=False,
                              consumer_timeout_ms=15_000)
-    consumer.assign([KafkaPythonPartition(unique_topic, 0)])
+    consumer.assign([KafkaPythonPartition(topic, 0)])
     values = [record.value for _, record in zip(range(RECORDS), consumer, strict=False)]
     consumer.close()
-    assert values == expected()
+    return values
 
 
 def test_a_client_that_does_not_trust_the_certificate_gets_nothing_and_others_go_on(
