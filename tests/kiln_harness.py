@@ -95,7 +95,7 @@ def start_kiln(redis_url: str, kafka_bootstrap: str, **overrides: Any) -> Runnin
               # Port 0: several test Kilns (and test sessions) must not share one HTTP port.
               "http_listen": "127.0.0.1:0", **overrides}
     if "listeners" not in values:
-        values["listen"] = "127.0.0.1:0"
+        values.setdefault("listen", "127.0.0.1:0")
     return RunningKiln(load_settings(overrides=values, environ={}))
 
 
