@@ -223,9 +223,11 @@ def test_kill9_while_a_backlog_is_hardened_duplicates_nothing(
     assert [r.seq for r in hardened] == list(range(sent))
     assert [r.kiln_offset for r in hardened] == list(range(dropped, dropped + sent))
     # A Kiln taking over from one that was killed fences with an abort marker, which takes
-    # a Kafka offset: at most one gap per kill (3), records after it carry kiln.offset
+    # a Kafka offset: at most one gap per kill (3), records after it carry kiln.offset. The
+    # first kill may come before the first write landed: the first record then follows a
+    # marker (the fencing id was taken, so its successor fences)
     kafka_offsets = [r.kafka_offset for r in hardened]
-    assert kafka_offsets[0] == 0
+    assert kafka_offsets[0] <= 1
     assert all(b > a for a, b in pairwise(kafka_offsets))
     assert kafka_offsets[-1] - (sent - 1) <= 3
 
